@@ -1,0 +1,873 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BundledVersion is the kube-apiserver version built into the operator's
+// bundled image; it is the default of spec.version.
+const BundledVersion = "v1.37.1"
+
+// ApiServerConfigSpec is the desired state of a kube-apiserver deployment. Its
+// fields follow kube-apiserver's ServerRunOptions; whatever is not typed here
+// can be passed through extraArgs.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.serving) || !has(self.serving.tls) || !has(self.serving.tls.cipherSuites) || size(self.serving.tls.cipherSuites) == 0 || (has(self.certificates) && has(self.certificates.keyAlgorithm) && self.certificates.keyAlgorithm != 'ECDSAP256' ? self.serving.tls.cipherSuites.exists(c, c.startsWith('TLS_ECDHE_RSA_')) : self.serving.tls.cipherSuites.exists(c, c.startsWith('TLS_ECDHE_ECDSA_')))",fieldPath=".serving.tls.cipherSuites",message="cipherSuites must include at least one suite that matches the serving key (TLS_ECDHE_ECDSA_* for ECDSAP256, TLS_ECDHE_RSA_* for RSA keys), or TLS 1.2 clients cannot connect"
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || self.version == 'v1.37.1' || has(self.image)",fieldPath=".image",message="image is required when version is not the bundled v1.37.1: the operator ships no other kube-apiserver image"
+// +kubebuilder:validation:XValidation:rule="!has(self.authorization) || !has(self.authorization.modes) || !('Webhook' in self.authorization.modes) || has(self.authorization.webhook)",fieldPath=".authorization.webhook",message="webhook is required when authorization.modes contains Webhook"
+// +kubebuilder:validation:XValidation:rule="!has(self.authorization) || !has(self.authorization.webhook) || (has(self.authorization.modes) && 'Webhook' in self.authorization.modes)",fieldPath=".authorization.modes",message="modes must contain Webhook when authorization.webhook is set"
+type ApiServerConfigSpec struct {
+	// Version of kube-apiserver to run, as vMAJOR.MINOR.PATCH. Defaults to
+	// the version bundled with the operator. It may be raised, never lowered:
+	// kube-apiserver does not support a downgrade of the data it stored.
+	// +kubebuilder:default="v1.37.1"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^v1\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:XValidation:rule="!semver(self, true).isLessThan(semver(oldSelf, true))",message="version may not be downgraded"
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Image is the container image that runs kube-apiserver. Defaults to the
+	// operator's bundled image for the chosen version.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^\s]+$`
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// MasterCount is the number of kube-apiserver replicas. 0 hibernates the
+	// control plane: pods are removed, certificates and data are kept. It is
+	// the target of the scale subresource, so `kubectl scale` works.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=32
+	// +optional
+	MasterCount *int32 `json:"masterCount,omitempty"`
+
+	// EndpointReconcilerType selects how the apiservers publish themselves in
+	// the `kubernetes` Service endpoints: lease (default), master-count (its
+	// --apiserver-count then follows masterCount) or none.
+	// +kubebuilder:default=lease
+	// +optional
+	EndpointReconcilerType EndpointReconcilerType `json:"endpointReconcilerType,omitempty"`
+
+	// Etcd is where the apiserver stores its data.
+	Etcd EtcdSpec `json:"etcd"`
+
+	// ServiceClusterIPRange is the CIDR range, or a pair of ranges of
+	// different IP families for dual stack, from which Service ClusterIPs are
+	// allocated. The first address of the first range becomes the ClusterIP of
+	// the `kubernetes` Service. The first range cannot be changed once set.
+	// +kubebuilder:default={"10.96.0.0/12"}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.96.0.0/12 or fd00:10:96::/108"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="must be the network address of the range (host bits must be zero)"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() <= (cidr(self).ip().family() == 4 ? 29 : 125)",message="must hold at least 8 addresses (a /29 or larger for IPv4, /125 or larger for IPv6)"
+	// +kubebuilder:validation:XValidation:rule="size(self) < 2 || !isCIDR(self[0]) || !isCIDR(self[1]) || cidr(self[0]).ip().family() != cidr(self[1]).ip().family()",message="the two ranges must be of different IP families (one IPv4, one IPv6)"
+	// +kubebuilder:validation:XValidation:rule="self[0] == oldSelf[0]",message="the primary (first) range is immutable: Services already hold addresses from it"
+	// +listType=atomic
+	// +optional
+	ServiceClusterIPRange []string `json:"serviceClusterIPRange,omitempty"`
+
+	// ServiceNodePortRange is the port range reserved for NodePort Services,
+	// as FIRST-LAST, both inclusive.
+	// +kubebuilder:default="30000-32767"
+	// +kubebuilder:validation:MaxLength=11
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,5}-[0-9]{1,5}$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]{1,5}-[0-9]{1,5}$') || (int(self.split('-')[0]) >= 1 && int(self.split('-')[1]) <= 65535 && int(self.split('-')[0]) <= int(self.split('-')[1]))",message="must be FIRST-LAST with 1 <= FIRST <= LAST <= 65535"
+	// +optional
+	ServiceNodePortRange string `json:"serviceNodePortRange,omitempty"`
+
+	// ClusterDomain is the DNS domain of the tenant cluster, used for the
+	// kubernetes.default.svc.<clusterDomain> name in the serving certificate.
+	// +kubebuilder:default="cluster.local"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	ClusterDomain string `json:"clusterDomain,omitempty"`
+
+	// Serving configures the secure port, the serving certificate and the
+	// Service that exposes the apiservers.
+	// +kubebuilder:default={}
+	// +optional
+	Serving ServingSpec `json:"serving,omitempty"`
+
+	// Authentication configures how requests are authenticated.
+	// +kubebuilder:default={}
+	// +optional
+	Authentication AuthenticationSpec `json:"authentication,omitempty"`
+
+	// Authorization configures how requests are authorized.
+	// +kubebuilder:default={}
+	// +optional
+	Authorization AuthorizationSpec `json:"authorization,omitempty"`
+
+	// Admission selects admission plugins on top of kube-apiserver's default
+	// set.
+	// +optional
+	Admission AdmissionSpec `json:"admission,omitempty"`
+
+	// Audit configures the audit log.
+	// +kubebuilder:default={}
+	// +optional
+	Audit AuditSpec `json:"audit,omitempty"`
+
+	// Encryption configures encryption of resources at rest in etcd.
+	// +optional
+	Encryption *EncryptionSpec `json:"encryption,omitempty"`
+
+	// FeatureGates turns kube-apiserver feature gates on or off
+	// (--feature-gates).
+	// +kubebuilder:validation:MaxProperties=128
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Z][A-Za-z0-9]*$'))",message="feature gate names are CamelCase words such as StructuredAuthenticationConfiguration"
+	// +optional
+	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+
+	// RuntimeConfig enables or disables API groups and versions
+	// (--runtime-config), for example {"api/all": "true"} or
+	// {"batch/v2alpha1": "false"}.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9][a-z0-9.-]*(/[a-z0-9.]+)*$'))",message="keys are group/version, api/all, api/ga, api/beta or api/alpha"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k] == 'true' || self[k] == 'false')",message="values must be \"true\" or \"false\""
+	// +optional
+	RuntimeConfig map[string]string `json:"runtimeConfig,omitempty"`
+
+	// Requests bounds the requests the apiserver serves at once and how long
+	// they may take.
+	// +optional
+	Requests RequestsSpec `json:"requests,omitempty"`
+
+	// EventTTL is how long events are retained (--event-ttl).
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="must be at least 1m"
+	// +optional
+	EventTTL *metav1.Duration `json:"eventTTL,omitempty"`
+
+	// Profiling exposes /debug/pprof (--profiling). Off by default, as the
+	// CIS benchmark (1.2.15) requires.
+	// +kubebuilder:default=false
+	// +optional
+	Profiling *bool `json:"profiling,omitempty"`
+
+	// CacheSizing controls the watch cache and the memory-based sizing of the
+	// apiserver.
+	// +kubebuilder:default={}
+	// +optional
+	CacheSizing CacheSizingSpec `json:"cacheSizing,omitempty"`
+
+	// Certificates configures the PKI the operator generates and rotates.
+	// +kubebuilder:default={}
+	// +optional
+	Certificates CertificatesSpec `json:"certificates,omitempty"`
+
+	// ExtraArgs passes kube-apiserver flags that have no typed field. A flag
+	// may be repeated where kube-apiserver allows it. Flags managed by the
+	// operator, and flags removed from kube-apiserver, are rejected rather
+	// than silently ignored.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	ExtraArgs []ExtraArg `json:"extraArgs,omitempty"`
+
+	// Resources are the compute resources of the kube-apiserver container.
+	// The memory limit also feeds cache sizing when
+	// cacheSizing.targetRAMMB is not set.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// NodeSelector constrains the apiserver pods to nodes with these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations of the apiserver pods.
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// Affinity of the apiserver pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// TopologySpreadConstraints of the apiserver pods.
+	// +listType=atomic
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// PriorityClassName of the apiserver pods.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
+// EndpointReconcilerType is kube-apiserver's --endpoint-reconciler-type.
+// +kubebuilder:validation:Enum=lease;master-count;none
+type EndpointReconcilerType string
+
+const (
+	// EndpointReconcilerLease keeps one lease per apiserver (the default).
+	EndpointReconcilerLease EndpointReconcilerType = "lease"
+	// EndpointReconcilerMasterCount expects --apiserver-count apiservers.
+	// Deprecated upstream; the operator keeps --apiserver-count equal to
+	// masterCount.
+	EndpointReconcilerMasterCount EndpointReconcilerType = "master-count"
+	// EndpointReconcilerNone leaves the endpoints of the `kubernetes` Service
+	// alone.
+	EndpointReconcilerNone EndpointReconcilerType = "none"
+)
+
+// EtcdSpec says where and how the apiserver stores its data.
+type EtcdSpec struct {
+	// Servers are the etcd client URLs (--etcd-servers).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:XValidation:rule="isURL(self) && (url(self).getScheme() == 'http' || url(self).getScheme() == 'https') && url(self).getHostname() != ''",message="must be an http:// or https:// URL with a host, such as https://etcd-0.etcd:2379"
+	// +kubebuilder:validation:items:XValidation:rule="!self.contains(',') && !self.contains(';') && !self.contains('#')",message="must not contain ',', ';' or '#': kube-apiserver uses them as separators"
+	// +listType=atomic
+	Servers []string `json:"servers"`
+
+	// Prefix is the key prefix of this apiserver's data in etcd
+	// (--etcd-prefix). Several control planes can share an etcd cluster
+	// with different prefixes.
+	// +kubebuilder:default="/registry"
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^/[A-Za-z0-9._/-]*$`
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+
+	// TLS names the Secret that holds the client certificate the apiserver
+	// presents to etcd and the CA that signed the etcd servers' certificates.
+	// +optional
+	TLS *EtcdTLS `json:"tls,omitempty"`
+
+	// Overrides store some resources on other etcd servers
+	// (--etcd-servers-overrides), typically events on an etcd of their own.
+	// Each group/resource appears once.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(o, self.exists_one(p, p.group == o.group && p.resource == o.resource))",message="each group/resource may be overridden once"
+	// +listType=atomic
+	// +optional
+	Overrides []EtcdOverride `json:"overrides,omitempty"`
+}
+
+// EtcdTLS references the Secret with the etcd client credentials.
+type EtcdTLS struct {
+	// SecretName is a Secret in the ApiServerConfig's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SecretName string `json:"secretName"`
+
+	// CAKey is the key of the CA bundle in the Secret.
+	// +kubebuilder:default="ca.crt"
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	CAKey string `json:"caKey,omitempty"`
+
+	// CertKey is the key of the client certificate in the Secret.
+	// +kubebuilder:default="tls.crt"
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	CertKey string `json:"certKey,omitempty"`
+
+	// KeyKey is the key of the client private key in the Secret.
+	// +kubebuilder:default="tls.key"
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	KeyKey string `json:"keyKey,omitempty"`
+}
+
+// EtcdOverride stores one resource on other etcd servers.
+type EtcdOverride struct {
+	// Group of the resource; empty for the core group (events, pods...).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	Group string `json:"group"`
+
+	// Resource is the plural, lower-case resource name, such as events.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9]*$`
+	Resource string `json:"resource"`
+
+	// Servers are the etcd client URLs for this resource.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:XValidation:rule="isURL(self) && (url(self).getScheme() == 'http' || url(self).getScheme() == 'https') && url(self).getHostname() != ''",message="must be an http:// or https:// URL with a host, such as https://etcd-events:2379"
+	// +kubebuilder:validation:items:XValidation:rule="!self.contains(',') && !self.contains(';') && !self.contains('#')",message="must not contain ',', ';' or '#': kube-apiserver uses them as separators"
+	// +listType=atomic
+	Servers []string `json:"servers"`
+}
+
+// ServingSpec configures how the apiserver serves and is exposed.
+type ServingSpec struct {
+	// SecurePort is the HTTPS port the apiserver listens on in its pod
+	// (--secure-port).
+	// +kubebuilder:default=6443
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	SecurePort int32 `json:"securePort,omitempty"`
+
+	// ExtraSANs are extra DNS names or IP addresses in the serving
+	// certificate. Wildcard DNS names (*.example.com) are allowed.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self) || self.matches('^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="must be an IP address or a lower-case DNS name"
+	// +listType=set
+	// +optional
+	ExtraSANs []string `json:"extraSANs,omitempty"`
+
+	// ExternalHostname is the name or address clients use to reach the
+	// apiserver from outside; it goes in the serving certificate, the admin
+	// kubeconfig and --external-hostname.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="isIP(self) || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="must be an IP address or a lower-case DNS name"
+	// +optional
+	ExternalHostname string `json:"externalHostname,omitempty"`
+
+	// TLS restricts the TLS versions and cipher suites the apiserver accepts.
+	// +kubebuilder:default={}
+	// +optional
+	TLS TLSSpec `json:"tls,omitempty"`
+
+	// Service is the Service the operator creates in front of the apiservers.
+	// +kubebuilder:default={}
+	// +optional
+	Service ServiceSpec `json:"service,omitempty"`
+}
+
+// TLSSpec configures TLS for the secure port.
+// +kubebuilder:validation:XValidation:rule="self.minVersion != 'VersionTLS13' || !has(self.cipherSuites) || size(self.cipherSuites) == 0",fieldPath=".cipherSuites",message="cipherSuites cannot be set with minVersion VersionTLS13: TLS 1.3 suites are not configurable"
+type TLSSpec struct {
+	// MinVersion is the lowest TLS version accepted (--tls-min-version).
+	// +kubebuilder:default=VersionTLS12
+	// +kubebuilder:validation:Enum=VersionTLS12;VersionTLS13
+	// +optional
+	MinVersion string `json:"minVersion,omitempty"`
+
+	// CipherSuites limits the TLS 1.2 cipher suites (--tls-cipher-suites).
+	// Only AEAD suites (AES-GCM, ChaCha20-Poly1305) are offered, as the CIS
+	// benchmark (1.2.29) requires. Empty means Go's secure defaults.
+	// +kubebuilder:validation:MaxItems=6
+	// +kubebuilder:validation:items:Enum=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384;TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256;TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256;TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384;TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+	// +listType=set
+	// +optional
+	CipherSuites []string `json:"cipherSuites,omitempty"`
+}
+
+// ServiceSpec describes the Service in front of the apiservers.
+// +kubebuilder:validation:XValidation:rule="!has(self.nodePort) || self.type != 'ClusterIP'",fieldPath=".nodePort",message="nodePort requires type NodePort or LoadBalancer"
+type ServiceSpec struct {
+	// Type of the Service.
+	// +kubebuilder:default=ClusterIP
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	// +optional
+	Type corev1.ServiceType `json:"type,omitempty"`
+
+	// Port the Service listens on.
+	// +kubebuilder:default=443
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// NodePort requests a fixed node port for NodePort and LoadBalancer
+	// Services; allocated by the cluster when unset.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	NodePort *int32 `json:"nodePort,omitempty"`
+
+	// Annotations added to the Service, for example for a cloud load
+	// balancer.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// AuthenticationSpec configures authentication.
+type AuthenticationSpec struct {
+	// Anonymous allows unauthenticated requests (--anonymous-auth). Off by
+	// default, as CIS 1.2.1 recommends; the operator's probes authenticate.
+	// +kubebuilder:default=false
+	// +optional
+	Anonymous *bool `json:"anonymous,omitempty"`
+
+	// OIDC authenticates users with tokens of an OpenID Connect provider.
+	// +optional
+	OIDC *OIDCSpec `json:"oidc,omitempty"`
+
+	// ServiceAccount configures the tokens of ServiceAccounts.
+	// +kubebuilder:default={}
+	// +optional
+	ServiceAccount ServiceAccountSpec `json:"serviceAccount,omitempty"`
+}
+
+// OIDCSpec configures an OpenID Connect token authenticator.
+type OIDCSpec struct {
+	// IssuerURL is the provider's issuer; it must use https.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != ''",message="must be an https:// URL"
+	IssuerURL string `json:"issuerURL"`
+
+	// ClientID is the audience tokens must be issued for.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClientID string `json:"clientID"`
+
+	// UsernameClaim is the claim used as the user name.
+	// +kubebuilder:default=sub
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	UsernameClaim string `json:"usernameClaim,omitempty"`
+
+	// UsernamePrefix is put in front of user names, so that they cannot
+	// clash with other authenticators' ("-" for none).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	UsernamePrefix string `json:"usernamePrefix,omitempty"`
+
+	// GroupsClaim is the claim that holds the user's groups.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	GroupsClaim string `json:"groupsClaim,omitempty"`
+
+	// GroupsPrefix is put in front of group names.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	GroupsPrefix string `json:"groupsPrefix,omitempty"`
+
+	// CAConfigMapName names a ConfigMap, key ca.crt, with the CA that signed
+	// the provider's serving certificate, when it is not publicly trusted.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	CAConfigMapName string `json:"caConfigMapName,omitempty"`
+}
+
+// ServiceAccountSpec configures ServiceAccount tokens.
+type ServiceAccountSpec struct {
+	// Issuers of ServiceAccount tokens (--service-account-issuer). The first
+	// one signs new tokens; the others are still accepted, which allows an
+	// issuer to be changed without invalidating tokens. Defaults to
+	// https://kubernetes.default.svc.<clusterDomain>.
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	// +kubebuilder:validation:items:XValidation:rule="!self.contains(':') || (isURL(self) && url(self).getScheme() == 'https')",message="an issuer that contains ':' must be an https:// URL"
+	// +listType=set
+	// +optional
+	Issuers []string `json:"issuers,omitempty"`
+
+	// MaxTokenExpiration caps the lifetime of requested tokens
+	// (--service-account-max-token-expiration), between 1h and 2^32 s.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('4294967296s')",message="must be between 1h and 4294967296s (2^32 seconds)"
+	// +optional
+	MaxTokenExpiration *metav1.Duration `json:"maxTokenExpiration,omitempty"`
+
+	// ExtendTokenExpiration lets kube-apiserver issue longer-lived tokens to
+	// pods during a migration (--service-account-extend-token-expiration).
+	// Off by default, as CIS 1.2.30 requires.
+	// +kubebuilder:default=false
+	// +optional
+	ExtendTokenExpiration *bool `json:"extendTokenExpiration,omitempty"`
+}
+
+// AuthorizationMode is one of kube-apiserver's --authorization-mode values.
+// +kubebuilder:validation:Enum=Node;RBAC;Webhook;AlwaysAllow;AlwaysDeny
+type AuthorizationMode string
+
+// AuthorizationSpec configures authorization.
+type AuthorizationSpec struct {
+	// Modes are the authorizers, in order (--authorization-mode).
+	// +kubebuilder:default={"Node","RBAC"}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=5
+	// +listType=set
+	// +optional
+	Modes []AuthorizationMode `json:"modes,omitempty"`
+
+	// Webhook configures the Webhook authorizer.
+	// +optional
+	Webhook *AuthorizationWebhookSpec `json:"webhook,omitempty"`
+}
+
+// AuthorizationWebhookSpec configures the Webhook authorizer.
+type AuthorizationWebhookSpec struct {
+	// KubeconfigSecretName names a Secret, key kubeconfig, that tells how to
+	// reach the authorization webhook.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	KubeconfigSecretName string `json:"kubeconfigSecretName"`
+}
+
+// AdmissionSpec selects admission plugins.
+// +kubebuilder:validation:XValidation:rule="!has(self.enablePlugins) || !has(self.disablePlugins) || !self.enablePlugins.exists(p, p in self.disablePlugins)",message="a plugin cannot be both enabled and disabled"
+type AdmissionSpec struct {
+	// EnablePlugins are turned on in addition to the default set
+	// (--enable-admission-plugins). NodeRestriction is always on.
+	// +kubebuilder:validation:MaxItems=48
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Z][A-Za-z0-9.]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.exists(p, p == 'AlwaysAdmit')",message="AlwaysAdmit turns admission control off (CIS 1.2.10) and cannot be enabled"
+	// +listType=set
+	// +optional
+	EnablePlugins []string `json:"enablePlugins,omitempty"`
+
+	// DisablePlugins are turned off even if on by default
+	// (--disable-admission-plugins).
+	// +kubebuilder:validation:MaxItems=48
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Z][A-Za-z0-9.]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.exists(p, p == 'ServiceAccount' || p == 'NamespaceLifecycle' || p == 'NodeRestriction')",message="ServiceAccount, NamespaceLifecycle and NodeRestriction cannot be disabled (CIS 1.2.12-1.2.14)"
+	// +listType=set
+	// +optional
+	DisablePlugins []string `json:"disablePlugins,omitempty"`
+}
+
+// AuditSpec configures the audit log. The log is written in the pod and
+// rotated by size; the CIS benchmark (1.2.16-1.2.19) minimums are the
+// defaults.
+type AuditSpec struct {
+	// PolicyConfigMapName names a ConfigMap, key policy.yaml, holding an
+	// audit.k8s.io Policy. Without it every request is logged at the
+	// Metadata level.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PolicyConfigMapName string `json:"policyConfigMapName,omitempty"`
+
+	// MaxAge is how many days old logs are kept (--audit-log-maxage).
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxAge *int32 `json:"maxAge,omitempty"`
+
+	// MaxBackups is how many rotated logs are kept (--audit-log-maxbackup).
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxBackups *int32 `json:"maxBackups,omitempty"`
+
+	// MaxSizeMB is the size at which the log is rotated
+	// (--audit-log-maxsize).
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxSizeMB *int32 `json:"maxSizeMB,omitempty"`
+}
+
+// EncryptionProvider is the first provider of the encryption configuration.
+// +kubebuilder:validation:Enum=secretbox;aescbc;aesgcm
+type EncryptionProvider string
+
+// EncryptionSpec configures encryption at rest. Either the operator
+// generates and keeps the key (provider), or the user supplies a whole
+// EncryptionConfiguration (configSecretName).
+// +kubebuilder:validation:XValidation:rule="has(self.provider) != has(self.configSecretName)",message="set exactly one of provider and configSecretName"
+// +kubebuilder:validation:XValidation:rule="!has(self.configSecretName) || !has(self.resources)",fieldPath=".resources",message="resources are set in the EncryptionConfiguration when configSecretName is used"
+type EncryptionSpec struct {
+	// Provider the operator configures with a key it generates.
+	// +optional
+	Provider EncryptionProvider `json:"provider,omitempty"`
+
+	// Resources to encrypt, as resource or resource.group. Defaults to
+	// secrets.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^(\*|[a-z][a-z0-9]*)(\.(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*))?$`
+	// +listType=set
+	// +optional
+	Resources []string `json:"resources,omitempty"`
+
+	// ConfigSecretName names a Secret, key encryption-config.yaml, with a
+	// complete EncryptionConfiguration.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ConfigSecretName string `json:"configSecretName,omitempty"`
+}
+
+// RequestsSpec bounds request handling.
+type RequestsSpec struct {
+	// MaxInflight caps non-mutating requests in flight
+	// (--max-requests-inflight). Derived from cache sizing when unset.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	MaxInflight *int32 `json:"maxInflight,omitempty"`
+
+	// MaxMutatingInflight caps mutating requests in flight
+	// (--max-mutating-requests-inflight). Derived from cache sizing when
+	// unset.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	MaxMutatingInflight *int32 `json:"maxMutatingInflight,omitempty"`
+
+	// Timeout is the default deadline of non-long-running requests
+	// (--request-timeout).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="must be at least 1s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// MinTimeoutSeconds is the least time a watch is held open before it is
+	// closed and clients reconnect (--min-request-timeout).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MinTimeoutSeconds *int32 `json:"minTimeoutSeconds,omitempty"`
+}
+
+// CacheSizingPolicy chooses how cache sizing is decided.
+// +kubebuilder:validation:Enum=Static;Auto
+type CacheSizingPolicy string
+
+const (
+	// CacheSizingStatic sizes from the spec and the memory limit only.
+	CacheSizingStatic CacheSizingPolicy = "Static"
+	// CacheSizingAuto also follows the observed size of the cluster.
+	CacheSizingAuto CacheSizingPolicy = "Auto"
+)
+
+// CacheSizingSpec controls the watch cache and memory-based sizing.
+type CacheSizingSpec struct {
+	// Policy is Static (from the spec and memory limit) or Auto (also from
+	// the number of nodes and pods observed in etcd).
+	// +kubebuilder:default=Static
+	// +optional
+	Policy CacheSizingPolicy `json:"policy,omitempty"`
+
+	// TargetRAMMB is the memory the apiserver is sized for. Unset or 0 means
+	// the container's memory limit.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4194304
+	// +optional
+	TargetRAMMB *int32 `json:"targetRAMMB,omitempty"`
+
+	// WatchCache turns the watch cache on or off for every resource
+	// (--watch-cache).
+	// +kubebuilder:default=true
+	// +optional
+	WatchCache *bool `json:"watchCache,omitempty"`
+
+	// DisabledResources have their watch cache turned off
+	// (--watch-cache-sizes=<resource>#0).
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(o, self.exists_one(p, p.group == o.group && p.resource == o.resource))",message="each group/resource may be listed once"
+	// +listType=atomic
+	// +optional
+	DisabledResources []GroupResource `json:"disabledResources,omitempty"`
+}
+
+// GroupResource names a resource.
+type GroupResource struct {
+	// Group of the resource; empty for the core group.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	Group string `json:"group"`
+
+	// Resource is the plural, lower-case resource name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9]*$`
+	Resource string `json:"resource"`
+}
+
+// KeyAlgorithm is the algorithm of generated keys.
+// +kubebuilder:validation:Enum=ECDSAP256;RSA2048;RSA3072;RSA4096
+type KeyAlgorithm string
+
+// PKIRetention says what happens to the CA Secrets when the
+// ApiServerConfig is deleted.
+// +kubebuilder:validation:Enum=Delete;Retain
+type PKIRetention string
+
+// CertificatesSpec configures the generated PKI.
+// +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.caValidity) || duration(self.validity) < duration(self.caValidity)",fieldPath=".validity",message="validity must be shorter than caValidity"
+type CertificatesSpec struct {
+	// Validity of leaf certificates (serving, clients).
+	// +kubebuilder:default="8760h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h')",message="must be at least 1h"
+	// +optional
+	Validity *metav1.Duration `json:"validity,omitempty"`
+
+	// CAValidity of the generated certificate authorities.
+	// +kubebuilder:default="87600h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('24h')",message="must be at least 24h"
+	// +optional
+	CAValidity *metav1.Duration `json:"caValidity,omitempty"`
+
+	// RenewalPercent is the share of a certificate's validity after which it
+	// is renewed.
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=95
+	// +optional
+	RenewalPercent int32 `json:"renewalPercent,omitempty"`
+
+	// KeyAlgorithm of generated keys.
+	// +kubebuilder:default=ECDSAP256
+	// +optional
+	KeyAlgorithm KeyAlgorithm `json:"keyAlgorithm,omitempty"`
+
+	// CASecretName names a kubernetes.io/tls Secret with a CA certificate and
+	// key to sign with, instead of a generated CA.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	CASecretName string `json:"caSecretName,omitempty"`
+
+	// PKIRetention: Retain keeps the CA Secrets when the ApiServerConfig is
+	// deleted, so a re-created control plane keeps trusting existing
+	// clients; Delete removes them with everything else.
+	// +kubebuilder:default=Delete
+	// +optional
+	PKIRetention PKIRetention `json:"pkiRetention,omitempty"`
+}
+
+// ExtraArg is one kube-apiserver flag, without its leading dashes.
+// +kubebuilder:validation:XValidation:rule="!(self.name in ['insecure-port', 'insecure-bind-address', 'port', 'address', 'target-ram-mb', 'deserialization-cache-size', 'default-watch-cache-size', 'kubelet-https', 'enable-swagger-ui'])",fieldPath=".name",messageExpression="'--' + self.name + ' was removed from kube-apiserver or has no effect in the versions the operator runs: remove it'"
+// +kubebuilder:validation:XValidation:rule="self.name != 'apiserver-count'",fieldPath=".name",message="--apiserver-count is managed by the operator: it follows spec.masterCount when endpointReconcilerType is master-count"
+// +kubebuilder:validation:XValidation:rule="!(self.name in ['token-auth-file', 'basic-auth-file'])",fieldPath=".name",message="static token files are insecure (CIS 1.2.2) and not supported"
+type ExtraArg struct {
+	// Name of the flag, such as goaway-chance (no leading --).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9-]*$`
+	Name string `json:"name"`
+
+	// Value of the flag; empty for a boolean flag that is set to true.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Value string `json:"value,omitempty"`
+}
+
+// ApiServerConfigStatus is the observed state of an ApiServerConfig.
+type ApiServerConfigStatus struct {
+	// ObservedGeneration is the generation last reconciled successfully.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Reconciling and Stalled (read by GitOps tools),
+	// CertificatesReady, EtcdAvailable, Available, Progressing, Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Replicas is the number of apiserver pods.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// ReadyReplicas is the number of apiserver pods that are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// Selector is the label selector of the apiserver pods, for the scale
+	// subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// Version is the kube-apiserver version running.
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Endpoint is the URL clients use to reach the apiservers.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// AdminKubeconfigSecretName names the Secret, key value, that holds a
+	// kubeconfig with cluster-admin rights.
+	// +optional
+	AdminKubeconfigSecretName string `json:"adminKubeconfigSecretName,omitempty"`
+
+	// Certificates lists when each generated certificate expires and is due
+	// for renewal.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Certificates []CertificateStatus `json:"certificates,omitempty"`
+
+	// CacheSizing is the sizing in force and what it was derived from.
+	// +optional
+	CacheSizing *CacheSizingStatus `json:"cacheSizing,omitempty"`
+}
+
+// CertificateStatus reports one certificate.
+type CertificateStatus struct {
+	// Name of the certificate, such as serving or ca.
+	Name string `json:"name"`
+	// NotAfter is when the certificate expires.
+	NotAfter metav1.Time `json:"notAfter"`
+	// RenewAfter is when the operator renews it.
+	// +optional
+	RenewAfter *metav1.Time `json:"renewAfter,omitempty"`
+}
+
+// CacheSizingStatus reports the sizing in force.
+type CacheSizingStatus struct {
+	// TargetRAMMB is the memory the sizing was computed for.
+	TargetRAMMB int32 `json:"targetRAMMB"`
+	// EstimatedClusterSize is the number of nodes the sizing allows for.
+	EstimatedClusterSize int32 `json:"estimatedClusterSize"`
+	// ObservedNodes is the number of nodes last counted in etcd (Auto).
+	// +optional
+	ObservedNodes *int64 `json:"observedNodes,omitempty"`
+	// ObservedPods is the number of pods last counted in etcd (Auto).
+	// +optional
+	ObservedPods *int64 `json:"observedPods,omitempty"`
+	// MaxInflight is the --max-requests-inflight in force.
+	MaxInflight int32 `json:"maxInflight"`
+	// MaxMutatingInflight is the --max-mutating-requests-inflight in force.
+	MaxMutatingInflight int32 `json:"maxMutatingInflight"`
+	// LastResizeTime is when the sizing last changed.
+	// +optional
+	LastResizeTime *metav1.Time `json:"lastResizeTime,omitempty"`
+}
+
+// ApiServerConfig is a kube-apiserver deployment that the operator runs,
+// secures and keeps sized: its PKI, its etcd wiring, its replicas and its
+// caches.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.masterCount,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=asc,categories=controlplane
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ApiServerConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ApiServerConfigSpec `json:"spec"`
+
+	// +optional
+	Status ApiServerConfigStatus `json:"status,omitempty"`
+}
+
+// ApiServerConfigList is a list of ApiServerConfig.
+//
+// +kubebuilder:object:root=true
+type ApiServerConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ApiServerConfig `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ApiServerConfig{}, &ApiServerConfigList{})
+}

@@ -1,0 +1,54 @@
+package v1alpha1
+
+// Condition types of an ApiServerConfig. Ready, Reconciling and Stalled follow
+// the kstatus conventions that GitOps tools (Flux, Argo CD) read; the others
+// say which part of the control plane is or is not in order.
+const (
+	// ConditionReady is True when every apiserver replica serves and the
+	// status reflects the current generation.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while the operator works toward the
+	// desired state (abnormal-true: absent or False when converged).
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the operator cannot make progress
+	// without a change to the spec or the environment (abnormal-true).
+	ConditionStalled = "Stalled"
+	// ConditionCertificatesReady is True when every certificate exists and
+	// is within its renewal window.
+	ConditionCertificatesReady = "CertificatesReady"
+	// ConditionEtcdAvailable is True when every etcd server, overrides
+	// included, answered the operator's last check.
+	ConditionEtcdAvailable = "EtcdAvailable"
+	// ConditionAvailable is True when at least one apiserver replica is
+	// ready.
+	ConditionAvailable = "Available"
+	// ConditionProgressing is True while a rollout is under way.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when the control plane serves with less
+	// than it should (fewer ready replicas, a failing rotation).
+	ConditionDegraded = "Degraded"
+)
+
+// Condition reasons. A reason is CamelCase and says why a condition has its
+// status, so that tools can act on it without parsing the message.
+const (
+	// ReasonReconciled: the desired state is in place.
+	ReasonReconciled = "Reconciled"
+	// ReasonProgressing: the operator is applying a change.
+	ReasonProgressing = "Progressing"
+	// ReasonInvalidSpec: the spec passed admission but cannot work; it must
+	// be edited.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonHibernated: masterCount is 0, so no apiserver runs on purpose.
+	ReasonHibernated = "Hibernated"
+	// ReasonEtcdUnreachable: an etcd server did not answer.
+	ReasonEtcdUnreachable = "EtcdUnreachable"
+	// ReasonCertificatesIssued: every certificate is valid and current.
+	ReasonCertificatesIssued = "CertificatesIssued"
+	// ReasonRotationInProgress: a CA or key rotation is between phases.
+	ReasonRotationInProgress = "RotationInProgress"
+	// ReasonReplicasNotReady: fewer replicas are ready than masterCount.
+	ReasonReplicasNotReady = "ReplicasNotReady"
+	// ReasonReconcileError: a step failed and is retried with backoff.
+	ReasonReconcileError = "ReconcileError"
+)

@@ -1,0 +1,68 @@
+# A real one-node Kubernetes cluster on this machine for end-to-end tests, in
+# the spirit of upstream's hack/local-up-cluster.sh: see test/localcluster.
+# Included at the end of the Makefile, so its variables (KUBE_VERSION_LDFLAGS,
+# BUNDLED_GOENV, BUNDLED_DEPS, LOCALBIN) are visible here.
+
+# containerd is pinned in test/localcluster/tools/go.mod; change both together.
+CONTAINERD_VERSION ?= v2.4.2
+LOCALCLUSTER_TOOLS_DIR := test/localcluster/tools
+LOCALCLUSTER_TOOLS_DEPS := $(LOCALCLUSTER_TOOLS_DIR)/go.mod $(LOCALCLUSTER_TOOLS_DIR)/go.sum
+# Where the cluster keeps all of its state; make cluster-down removes it.
+LOCALCLUSTER_DIR ?= /tmp/apiserver-operator-localcluster
+IMAGES_DIR := $(LOCALBIN)/images
+
+# The other upstream components of the cluster, built like the bundled
+# kube-apiserver (same module, same version flags).
+KUBE_NODE_BINARIES := $(addprefix $(LOCALBIN)/,kube-controller-manager kube-scheduler kubelet kube-proxy)
+CONTAINERD_BINARIES := $(addprefix $(LOCALBIN)/,containerd containerd-shim-runc-v2 ctr)
+PAUSE := $(LOCALBIN)/pause
+LOCALCLUSTER := $(LOCALBIN)/localcluster
+IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/kube-apiserver.tar
+LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES)
+LOCALCLUSTER_SOURCES := $(shell find test/localcluster -name '*.go' -not -path '*/tools/*' 2>/dev/null) go.mod go.sum
+
+CONTAINERD_LDFLAGS := -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION) \
+	-X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2
+CONTAINERD_TAGS := no_btrfs no_devmapper no_zfs
+
+##@ Local cluster (end-to-end tests)
+
+.PHONY: localcluster-binaries
+localcluster-binaries: $(LOCALCLUSTER_BINARIES) $(IMAGE_TARBALLS) $(LOCALCLUSTER) ## Build every binary and image of the local cluster.
+
+$(KUBE_NODE_BINARIES): $(LOCALBIN)/%: $(BUNDLED_DEPS) | $(LOCALBIN)
+	@echo "Building $* $(KUBE_VERSION) from source"
+	cd $(BUNDLED_DIR) && $(BUNDLED_GOENV) go build -ldflags "-s -w $(KUBE_VERSION_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/$*
+
+$(CONTAINERD_BINARIES): $(LOCALBIN)/%: $(LOCALCLUSTER_TOOLS_DEPS) | $(LOCALBIN)
+	@echo "Building $* $(CONTAINERD_VERSION) from source"
+	cd $(LOCALCLUSTER_TOOLS_DIR) && $(BUNDLED_GOENV) go build -tags "$(CONTAINERD_TAGS)" -ldflags "-s -w $(CONTAINERD_LDFLAGS)" -o $@ github.com/containerd/containerd/v2/cmd/$*
+
+$(PAUSE): test/localcluster/pause/main.go | $(LOCALBIN)
+	$(BUNDLED_GOENV) go build -ldflags "-s -w" -o $@ ./test/localcluster/pause
+
+$(LOCALCLUSTER): $(LOCALCLUSTER_SOURCES) | $(LOCALBIN)
+	go build -o $@ ./test/localcluster/cmd/localcluster
+
+$(IMAGES_DIR)/pause.tar: $(PAUSE) $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/pause:local --file $(PAUSE):/pause --entrypoint /pause --output $@
+
+$(IMAGES_DIR)/kube-apiserver.tar: $(KUBE_APISERVER) $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/kube-apiserver:$(KUBE_VERSION) \
+		--file $(KUBE_APISERVER):/usr/local/bin/kube-apiserver --entrypoint /usr/local/bin/kube-apiserver --output $@
+
+.PHONY: cluster-up
+cluster-up: localcluster-binaries ## Start the local one-node cluster (idempotent); prints its kubeconfig.
+	$(LOCALCLUSTER) up --dir $(LOCALCLUSTER_DIR) --bin-dir $(LOCALBIN) --images-dir $(IMAGES_DIR)
+
+.PHONY: cluster-down
+cluster-down: $(LOCALCLUSTER) ## Stop the local cluster and remove its namespaces, mounts and state.
+	$(LOCALCLUSTER) down --dir $(LOCALCLUSTER_DIR)
+
+# The tests stop the cluster themselves (unless LOCALCLUSTER_KEEP=1); when
+# they fail or are killed, cluster-down cleans up after them.
+.PHONY: test-e2e
+test-e2e: localcluster-binaries ## Run the end-to-end tests on a local cluster that they start and stop (needs root).
+	LOCALCLUSTER_DIR=$(LOCALCLUSTER_DIR) LOCALCLUSTER_BIN_DIR=$(LOCALBIN) LOCALCLUSTER_IMAGES_DIR=$(IMAGES_DIR) \
+		go test -tags e2e ./test/e2e/... -count=1 -timeout 30m -v \
+		|| { rc=$$?; $(LOCALCLUSTER) down --dir $(LOCALCLUSTER_DIR); exit $$rc; }

@@ -1,0 +1,146 @@
+// Command manager runs the apiserver-operator: a controller-runtime manager
+// that reconciles ApiServerConfig objects into running kube-apiservers.
+//
+// This file only wires things together; the behaviour lives in controllers/
+// and apiserver/.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+func main() {
+	if err := run(ctrl.SetupSignalHandler(), flag.CommandLine, os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "apiserver-operator: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command-line flags of the manager.
+type options struct {
+	metricsAddr          string
+	secureMetrics        bool
+	probeAddr            string
+	leaderElect          bool
+	leaderElectionNS     string
+	enableHTTP2          bool
+	webhookCertDir       string
+	metricsCertDir       string
+	zap                  zap.Options
+	leaderElectionID     string
+	watchNamespaceFilter string
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
+	o := &options{zap: zap.Options{Development: false}}
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443",
+		"Address the metrics endpoint binds to: :8443 for HTTPS, :8080 for HTTP, 0 to turn it off.")
+	fs.BoolVar(&o.secureMetrics, "metrics-secure", true,
+		"Serve metrics over HTTPS, to callers authenticated and authorized by the cluster (TokenReview and SubjectAccessReview).")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "",
+		"Directory with tls.crt and tls.key for the metrics endpoint; a self-signed certificate is generated when empty.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false,
+		"Elect a leader so that only one replica of the manager reconciles at a time.")
+	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "",
+		"Namespace of the leader election lease; the manager's own namespace when empty.")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "apiserver-operator.controlplane.apiserver-operator.dev",
+		"Name of the leader election lease.")
+	fs.StringVar(&o.watchNamespaceFilter, "watch-namespace", "",
+		"Only reconcile ApiServerConfigs in this namespace; all namespaces when empty.")
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
+		"Serve metrics and webhooks over HTTP/2 as well; off because of the HTTP/2 Stream Cancellation and Rapid Reset CVEs.")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "",
+		"Directory with tls.crt and tls.key for the admission webhook server.")
+	o.zap.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// run parses args with fs and runs the manager until ctx is done. The
+// kubeconfig comes from --kubeconfig (registered on flag.CommandLine by
+// controller-runtime), $KUBECONFIG or the in-cluster configuration.
+func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	o, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	setupLog := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(controlplanev1alpha1.AddToScheme(scheme))
+
+	var tlsOpts []func(*tls.Config)
+	if !o.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+
+	metricsOpts := metricsserver.Options{
+		BindAddress:   o.metricsAddr,
+		SecureServing: o.secureMetrics,
+		CertDir:       o.metricsCertDir,
+		TLSOpts:       tlsOpts,
+	}
+	if o.secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+
+	mgrOpts := ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsOpts,
+		WebhookServer:           webhook.NewServer(webhook.Options{CertDir: o.webhookCertDir, TLSOpts: tlsOpts}),
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        o.leaderElectionID,
+		LeaderElectionNamespace: o.leaderElectionNS,
+		// The manager exits as soon as it loses the lease, so a new leader
+		// can start without waiting for this one's caches to drain.
+		LeaderElectionReleaseOnCancel: true,
+	}
+	if o.watchNamespaceFilter != "" {
+		mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{o.watchNamespaceFilter: {}}
+	}
+
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig of the management cluster: %w", err)
+	}
+	mgr, err := ctrl.NewManager(restConfig, mgrOpts)
+	if err != nil {
+		return fmt.Errorf("creating the controller manager: %w", err)
+	}
+
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the readiness check: %w", err)
+	}
+
+	setupLog.Info("Starting the manager", "leaderElection", o.leaderElect, "metricsAddress", o.metricsAddr)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}
