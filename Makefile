@@ -53,8 +53,28 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests into config/
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate the deepcopy code of the API types.
+generate: $(CONTROLLER_GEN) catalogs ## Generate the deepcopy code of the API types and the catalogs of the bundled kube-apiserver.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+# What the bundled kube-apiserver accepts: its flags, feature gates and
+# admission plugins (read from its code), and the resources it serves (read
+# from a running instance). Validation checks users' input against them.
+CATALOG_DIR := apiserver/catalog
+FLAG_CATALOG := $(CATALOG_DIR)/flags-$(KUBE_VERSION).json
+RESOURCE_CATALOG := $(CATALOG_DIR)/resources-$(KUBE_VERSION).json
+
+.PHONY: catalogs
+catalogs: $(FLAG_CATALOG) $(RESOURCE_CATALOG) ## Generate the catalogs of the bundled kube-apiserver.
+
+$(FLAG_CATALOG): $(BUNDLED_DEPS) $(BUNDLED_DIR)/cmd/flag-catalog/main.go
+	@echo "Generating $@ from the kube-apiserver $(KUBE_VERSION) sources"
+	cd $(BUNDLED_DIR) && go run -ldflags "$(KUBE_VERSION_LDFLAGS)" ./cmd/flag-catalog > $(abspath $@).tmp
+	mv $@.tmp $@
+
+$(RESOURCE_CATALOG): $(KUBE_APISERVER) $(ETCD) hack/resource-catalog/main.go
+	@echo "Generating $@ from a running bin/kube-apiserver"
+	go run ./hack/resource-catalog > $@.tmp
+	mv $@.tmp $@
 
 .PHONY: fmt
 fmt: ## Run go fmt on the operator's code.
@@ -71,8 +91,8 @@ test: manifests generate fmt vet bundled ## Run unit tests and the suite against
 .PHONY: verify
 verify: manifests generate fmt ## Regenerate everything and fail if the tree changed.
 	@grep -q 'k8s.io/kubernetes $(KUBE_VERSION)' $(BUNDLED_DIR)/go.mod || { echo "KUBE_VERSION $(KUBE_VERSION) does not match $(BUNDLED_DIR)/go.mod"; exit 1; }
-	@git diff --exit-code -- api config controllers PROJECT || { echo "Generated files are stale: run make manifests generate fmt and commit the result"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config controllers)" || { git status --porcelain -- api config controllers; echo "Untracked generated files: commit them"; exit 1; }
+	@git diff --exit-code -- api config controllers apiserver PROJECT || { echo "Generated files are stale: run make manifests generate fmt and commit the result"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config controllers apiserver)" || { git status --porcelain -- api config controllers apiserver; echo "Untracked generated files: commit them"; exit 1; }
 
 ##@ Build
 
@@ -102,11 +122,11 @@ $(ETCD): $(BUNDLED_DEPS) | $(LOCALBIN)
 ##@ Deployment
 
 .PHONY: install
-install: manifests $(KUSTOMIZE) ## Install the CRD into the cluster of the current kubeconfig.
+install: manifests $(KUSTOMIZE) $(KUBECTL) ## Install the CRD into the cluster of the current kubeconfig.
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 
 .PHONY: uninstall
-uninstall: manifests $(KUSTOMIZE) ## Remove the CRD from the cluster of the current kubeconfig.
+uninstall: manifests $(KUSTOMIZE) $(KUBECTL) ## Remove the CRD from the cluster of the current kubeconfig.
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 ##@ Tools

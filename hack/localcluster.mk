@@ -44,10 +44,13 @@ $(PAUSE): test/localcluster/pause/main.go | $(LOCALBIN)
 $(LOCALCLUSTER): $(LOCALCLUSTER_SOURCES) | $(LOCALBIN)
 	go build -o $@ ./test/localcluster/cmd/localcluster
 
-$(IMAGES_DIR)/pause.tar: $(PAUSE) $(LOCALCLUSTER)
+# Images are rewritten when their binaries or the image writer change.
+IMAGE_WRITER_SOURCES := test/localcluster/image/image.go
+
+$(IMAGES_DIR)/pause.tar: $(PAUSE) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/pause:local --file $(PAUSE):/pause --entrypoint /pause --output $@
 
-$(IMAGES_DIR)/kube-apiserver.tar: $(KUBE_APISERVER) $(LOCALCLUSTER)
+$(IMAGES_DIR)/kube-apiserver.tar: $(KUBE_APISERVER) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/kube-apiserver:$(KUBE_VERSION) \
 		--file $(KUBE_APISERVER):/usr/local/bin/kube-apiserver --entrypoint /usr/local/bin/kube-apiserver --output $@
 

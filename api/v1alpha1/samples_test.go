@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 )
 
@@ -193,5 +195,38 @@ func TestApiServerConfig_KubectlShowsColumnsAndExplainsFields(t *testing.T) {
 		if !strings.Contains(explain, text) {
 			t.Fatalf("kubectl explain does not document %q:\n%s", text, explain)
 		}
+	}
+}
+
+// The operator defaults specs that did not go through the API server (the
+// render command, tests) with apiserver.SetDefaults: it must agree with the
+// CRD's schema defaults on every sample.
+func TestApiServerConfig_GoDefaultsMatchTheCRDDefaults(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(envtest.RepoRoot(), "config", "samples", "controlplane_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("finding the samples in config/samples: %v (found %d)", err, len(files))
+	}
+	ns := newNamespace(t)
+	ctx := context.Background()
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatalf("reading %s: %v", file, err)
+			}
+			local := &controlplanev1alpha1.ApiServerConfig{}
+			if err := yaml.UnmarshalStrict(data, local); err != nil {
+				t.Fatalf("decoding %s: %v", file, err)
+			}
+			local.Namespace = ns
+			server := local.DeepCopy()
+			if err := env.Client.Create(ctx, server); err != nil {
+				t.Fatalf("creating %s: %v", file, err)
+			}
+			apiserver.SetDefaults(&local.Spec)
+			if diff := cmp.Diff(server.Spec, local.Spec); diff != "" {
+				t.Fatalf("apiserver.SetDefaults differs from the CRD defaults (-server +go):\n%s", diff)
+			}
+		})
 	}
 }

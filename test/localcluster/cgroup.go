@@ -31,6 +31,13 @@ func (l layout) cgroups() cgroups { return cgroups{name: l.CgroupName} }
 // hierarchies lists the mounted cgroup v1 hierarchies, such as memory and
 // cpu,cpuacct; the cgroup v2 hierarchy, if any, is left out.
 func hierarchies() ([]string, error) {
+	return listHierarchies(false)
+}
+
+// listHierarchies lists the mounted cgroup hierarchies, with the cgroup v2
+// one of a hybrid host (where runc also creates the cluster's cgroups) when
+// withV2 is set.
+func listHierarchies(withV2 bool) ([]string, error) {
 	entries, err := os.ReadDir(cgroupMount)
 	if err != nil {
 		return nil, fmt.Errorf("listing cgroup hierarchies: %w", err)
@@ -38,10 +45,10 @@ func hierarchies() ([]string, error) {
 	var out []string
 	for _, e := range entries {
 		dir := filepath.Join(cgroupMount, e.Name())
-		if !e.IsDir() || e.Name() == "unified" || !exists(filepath.Join(dir, "cgroup.procs")) {
+		if !e.IsDir() || !exists(filepath.Join(dir, "cgroup.procs")) {
 			continue
 		}
-		if exists(filepath.Join(dir, "cgroup.controllers")) { // cgroup v2
+		if !withV2 && exists(filepath.Join(dir, "cgroup.controllers")) { // cgroup v2
 			continue
 		}
 		out = append(out, dir)
@@ -155,7 +162,7 @@ func (c cgroups) pids(sub string) ([]int, error) {
 // remove removes the cluster's cgroup tree, deepest first, from every
 // hierarchy. The cgroups must hold no process.
 func (c cgroups) remove() error {
-	hs, err := hierarchies()
+	hs, err := listHierarchies(true)
 	if err != nil {
 		return err
 	}

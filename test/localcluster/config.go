@@ -213,6 +213,7 @@ func kubeProxyConfig(l layout) ([]byte, error) {
 		"healthzBindAddress": l.NodeIP + ":" + strconv.Itoa(kubeProxyHealthzPort),
 		"metricsBindAddress": "127.0.0.1:10249",
 		"clusterCIDR":        PodCIDR,
+		"nodePortAddresses":  []string{"primary"},
 		"oomScoreAdj":        0,
 		"conntrack": map[string]any{
 			"maxPerCore":            0,

@@ -160,10 +160,11 @@ func restoreSysctls(values map[string]string) error {
 	return errors.Join(errs...)
 }
 
-// hostPaths are directories outside the state directory that containerd,
-// kubelet or libcni create on their own; Down removes those that did not
-// exist before the first Up.
-var hostPaths = []string{"/run/containerd", "/var/lib/cni", "/var/log/containers", "/run/netns"}
+// hostPaths are directories outside the state directory that containerd
+// (shim sockets), kubelet (container log links, the device plugin socket),
+// libcni (its result cache), libmount and `ip netns` create whatever they
+// are told; Down removes those that did not exist before the first Up.
+var hostPaths = []string{"/run/containerd", "/var/lib/cni", "/var/log/containers", "/var/lib/kubelet", "/run/mount", "/run/netns"}
 
 func missingHostPaths() []string {
 	var out []string

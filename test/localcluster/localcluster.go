@@ -93,7 +93,7 @@ type Options struct {
 	RuncPath  string
 	CNIBinDir string
 	// Logf reports progress; nil is silent.
-	Logf func(format string, args ...any)
+	Logf func(format string, args ...any) `json:"-"`
 }
 
 func (o Options) withDefaults() Options {

@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -58,6 +59,9 @@ func (l layout) ensurePKI() error {
 
 	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	client := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	// etcd's gRPC gateway (its /v3 HTTP API) presents the server
+	// certificate to etcd itself as a client.
+	etcdServer := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	steps := []func() error{
 		func() error { return l.pki.ensureCA(clusterCA, "localcluster-ca") },
 		func() error { return l.pki.ensureCA(etcdCA, "localcluster-etcd-ca") },
@@ -83,13 +87,13 @@ func (l layout) ensurePKI() error {
 		},
 		func() error {
 			return l.pki.ensureSigned(etcdCA, certSpec{
-				name: etcdTenantMainServer, commonName: compTenantEtcdMain, usages: server,
+				name: etcdTenantMainServer, commonName: compTenantEtcdMain, usages: etcdServer,
 				dnsNames: []string{"localhost"}, ips: []net.IP{nodeIP, loopback},
 			})
 		},
 		func() error {
 			return l.pki.ensureSigned(etcdCA, certSpec{
-				name: etcdTenantEvents, commonName: compTenantEtcdEvents, usages: server,
+				name: etcdTenantEvents, commonName: compTenantEtcdEvents, usages: etcdServer,
 				dnsNames: []string{"localhost"}, ips: []net.IP{nodeIP, loopback},
 			})
 		},
@@ -141,9 +145,26 @@ func (l layout) writeConfigs() error {
 		filepath.Join(l.configDir(), "kube-proxy.yaml"):           proxy,
 	}
 	for path, content := range files {
-		if err := os.WriteFile(path, content, 0o644); err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
+		if err := writeFileIfChanged(path, content, 0o644); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// writeFileIfChanged replaces path atomically, and only when its content
+// changes: kube-proxy exits when its configuration file is written, which
+// a second Up must not cause.
+func writeFileIfChanged(path string, content []byte, mode os.FileMode) error {
+	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, content) {
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, content, mode); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("moving %s into place: %w", path, err)
 	}
 	return nil
 }
@@ -168,10 +189,12 @@ func (l layout) writeKubeconfig(user string) error {
 	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
 	cfg.Contexts[NodeName] = &clientcmdapi.Context{Cluster: NodeName, AuthInfo: user}
 	cfg.CurrentContext = NodeName
-	if err := clientcmd.WriteToFile(*cfg, l.kubeconfig(user)); err != nil {
-		return fmt.Errorf("writing the %s kubeconfig: %w", user, err)
+	b, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return fmt.Errorf("encoding the %s kubeconfig: %w", user, err)
 	}
-	return nil
+	// It holds a private key: readable by root only.
+	return writeFileIfChanged(l.kubeconfig(user), b, 0o600)
 }
 
 // startAll starts the components in order, each once the one it needs is
@@ -180,10 +203,15 @@ func (l layout) startAll(ctx context.Context) error {
 	comps := l.componentsByName()
 	startAndWait := func(names []string, what string, timeout time.Duration, ready func(context.Context) error) error {
 		for _, n := range names {
-			l.Logf("Starting %s", n)
-			if _, err := l.start(comps[n]); err != nil {
+			if pid, ok := l.running(comps[n]); ok {
+				l.Logf("%s is already running (PID %d)", n, pid)
+				continue
+			}
+			pid, err := l.start(comps[n])
+			if err != nil {
 				return err
 			}
+			l.Logf("Started %s (PID %d, log %s)", n, pid, l.logFile(n))
 		}
 		return l.waitFor(ctx, what, names, timeout, ready)
 	}

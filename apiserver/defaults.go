@@ -1,0 +1,105 @@
+package apiserver
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+// SetDefaults fills unset fields of spec with the defaults that the CRD's
+// schema applies on admission. The operator normally reads objects that the
+// API server has already defaulted; this makes the same spec complete when it
+// comes from elsewhere (a file given to the render command, a unit test).
+// A test against the real API server keeps the two in step.
+func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
+	setString(&spec.Version, v1alpha1.BundledVersion)
+	if spec.MasterCount == nil {
+		spec.MasterCount = ptr.To[int32](1)
+	}
+	if spec.EndpointReconcilerType == "" {
+		spec.EndpointReconcilerType = v1alpha1.EndpointReconcilerLease
+	}
+	setString(&spec.Etcd.Prefix, "/registry")
+	if tls := spec.Etcd.TLS; tls != nil {
+		setString(&tls.CAKey, "ca.crt")
+		setString(&tls.CertKey, "tls.crt")
+		setString(&tls.KeyKey, "tls.key")
+	}
+	if len(spec.ServiceClusterIPRange) == 0 {
+		spec.ServiceClusterIPRange = []string{"10.96.0.0/12"}
+	}
+	setString(&spec.ServiceNodePortRange, "30000-32767")
+	setString(&spec.ClusterDomain, "cluster.local")
+
+	setInt32(&spec.Serving.SecurePort, 6443)
+	setString(&spec.Serving.TLS.MinVersion, "VersionTLS12")
+	if spec.Serving.Service.Type == "" {
+		spec.Serving.Service.Type = corev1.ServiceTypeClusterIP
+	}
+	setInt32(&spec.Serving.Service.Port, 443)
+
+	setBool(&spec.Authentication.Anonymous, false)
+	if oidc := spec.Authentication.OIDC; oidc != nil {
+		setString(&oidc.UsernameClaim, "sub")
+	}
+	setBool(&spec.Authentication.ServiceAccount.ExtendTokenExpiration, false)
+	if len(spec.Authorization.Modes) == 0 {
+		spec.Authorization.Modes = []v1alpha1.AuthorizationMode{"Node", "RBAC"}
+	}
+
+	setInt32Ptr(&spec.Audit.MaxAge, 30)
+	setInt32Ptr(&spec.Audit.MaxBackups, 10)
+	setInt32Ptr(&spec.Audit.MaxSizeMB, 100)
+
+	setDuration(&spec.EventTTL, time.Hour)
+	setBool(&spec.Profiling, false)
+
+	if spec.CacheSizing.Policy == "" {
+		spec.CacheSizing.Policy = v1alpha1.CacheSizingStatic
+	}
+	setBool(&spec.CacheSizing.WatchCache, true)
+
+	setDuration(&spec.Certificates.Validity, 8760*time.Hour)
+	setDuration(&spec.Certificates.CAValidity, 87600*time.Hour)
+	setInt32(&spec.Certificates.RenewalPercent, 80)
+	if spec.Certificates.KeyAlgorithm == "" {
+		spec.Certificates.KeyAlgorithm = "ECDSAP256"
+	}
+	if spec.Certificates.PKIRetention == "" {
+		spec.Certificates.PKIRetention = "Delete"
+	}
+}
+
+func setString(s *string, v string) {
+	if *s == "" {
+		*s = v
+	}
+}
+
+func setInt32(i *int32, v int32) {
+	if *i == 0 {
+		*i = v
+	}
+}
+
+func setInt32Ptr(i **int32, v int32) {
+	if *i == nil {
+		*i = ptr.To(v)
+	}
+}
+
+func setBool(b **bool, v bool) {
+	if *b == nil {
+		*b = ptr.To(v)
+	}
+}
+
+func setDuration(d **metav1.Duration, v time.Duration) {
+	if *d == nil {
+		*d = &metav1.Duration{Duration: v}
+	}
+}

@@ -1,0 +1,61 @@
+package apiserver
+
+// Where things live inside the kube-apiserver container. The flags refer to
+// these paths and the Deployment mounts the Secrets and ConfigMaps there, so
+// both are built from these constants.
+const (
+	// PKIDir holds the certificates the operator generates.
+	PKIDir = "/etc/kubernetes/pki"
+	// CAFile is the client CA bundle (old and new CAs during a rotation).
+	CAFile = PKIDir + "/ca.crt"
+	// ServingCertFile and ServingKeyFile are the serving certificate.
+	ServingCertFile = PKIDir + "/apiserver.crt"
+	ServingKeyFile  = PKIDir + "/apiserver.key"
+	// KubeletClientCertFile and KubeletClientKeyFile authenticate the
+	// apiserver to kubelets.
+	KubeletClientCertFile = PKIDir + "/apiserver-kubelet-client.crt"
+	KubeletClientKeyFile  = PKIDir + "/apiserver-kubelet-client.key"
+	// FrontProxyCAFile, FrontProxyClientCertFile and FrontProxyClientKeyFile
+	// serve the aggregation layer.
+	FrontProxyCAFile         = PKIDir + "/front-proxy-ca.crt"
+	FrontProxyClientCertFile = PKIDir + "/front-proxy-client.crt"
+	FrontProxyClientKeyFile  = PKIDir + "/front-proxy-client.key"
+	// ServiceAccountKeyFile holds the public keys that verify tokens (the
+	// old one too during a rotation); ServiceAccountSigningKeyFile the
+	// private key that signs them.
+	ServiceAccountKeyFile        = PKIDir + "/sa.pub"
+	ServiceAccountSigningKeyFile = PKIDir + "/sa.key"
+
+	// EtcdDir holds the etcd client credentials from the user's Secret.
+	EtcdDir          = "/etc/kubernetes/pki/etcd"
+	EtcdCAFile       = EtcdDir + "/ca.crt"
+	EtcdCertFile     = EtcdDir + "/client.crt"
+	EtcdKeyFile      = EtcdDir + "/client.key"
+	etcdCAFileName   = "ca.crt"
+	etcdCertFileName = "client.crt"
+	etcdKeyFileName  = "client.key"
+
+	// ConfigDir holds the configuration files the operator renders.
+	ConfigDir = "/etc/kubernetes/config"
+	// AuthenticationConfigFile is the AuthenticationConfiguration
+	// (anonymous access and OIDC issuers).
+	AuthenticationConfigFile = ConfigDir + "/authentication-config.yaml"
+	// AuditPolicyFile is the audit policy.
+	AuditPolicyFile = ConfigDir + "/audit-policy.yaml"
+	// OIDCCAFile is the CA of the OIDC issuer, when given.
+	OIDCCAFile = "/etc/kubernetes/oidc/ca.crt"
+
+	// EncryptionConfigFile is the EncryptionConfiguration.
+	EncryptionConfigFile = "/etc/kubernetes/encryption/encryption-config.yaml"
+	// AuthorizationWebhookKubeconfigFile tells how to reach the
+	// authorization webhook.
+	AuthorizationWebhookKubeconfigFile = "/etc/kubernetes/authz-webhook/kubeconfig"
+
+	// AuditLogDir and AuditLogFile are where the audit log is written.
+	AuditLogDir  = "/var/log/kubernetes/audit"
+	AuditLogFile = AuditLogDir + "/audit.log"
+)
+
+// PodIPEnv is the environment variable that holds the pod's IP (from the
+// downward API); --advertise-address refers to it as $(POD_IP).
+const PodIPEnv = "POD_IP"

@@ -1,0 +1,271 @@
+package apiserver
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/utils/ptr"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+// Validate checks an ApiServerConfig against what the target kube-apiserver
+// accepts, beyond the CRD's own rules: extra arguments against its flags,
+// etcd overrides and watch-cache settings against its built-in resources,
+// feature gates and admission plugins against the ones compiled in. Each of
+// these would otherwise make kube-apiserver exit at start, or, for
+// overrides, be ignored without a word. It returns the errors, with field
+// paths, and warnings for what works but deserves a look (deprecated flags,
+// alpha gates).
+func Validate(cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
+	spec := cfg.Spec.DeepCopy()
+	SetDefaults(spec)
+	specPath := field.NewPath("spec")
+	var errs field.ErrorList
+	var warnings []string
+
+	v, err := utilversion.ParseSemantic(spec.Version)
+	if err != nil {
+		return field.ErrorList{field.Invalid(specPath.Child("version"), spec.Version, "must be vMAJOR.MINOR.PATCH")}, nil
+	}
+	if v.LessThan(MinimumVersion) {
+		errs = append(errs, field.Invalid(specPath.Child("version"), spec.Version,
+			fmt.Sprintf("the operator runs kube-apiserver %s or later", MinimumVersion)))
+	}
+	catalog, err := CatalogFor(v)
+	if err != nil {
+		return append(errs, field.InternalError(specPath.Child("version"), err)), nil
+	}
+	if catalog == nil {
+		warnings = append(warnings, fmt.Sprintf("the operator has no catalog of kube-apiserver %s: extraArgs, feature gates and etcd overrides are checked only by syntax", spec.Version))
+	}
+	if spec.EndpointReconcilerType == v1alpha1.EndpointReconcilerMasterCount {
+		warnings = append(warnings, "endpointReconcilerType master-count is deprecated upstream; lease is the default and needs no --apiserver-count")
+	}
+
+	errs = append(errs, validateExtraArgs(spec.ExtraArgs, v, catalog, specPath.Child("extraArgs"), &warnings)...)
+	if catalog != nil {
+		for i, o := range spec.Etcd.Overrides {
+			errs = append(errs, validateResource(o.Group, o.Resource, catalog, specPath.Child("etcd", "overrides").Index(i))...)
+		}
+		for i, r := range spec.CacheSizing.DisabledResources {
+			errs = append(errs, validateResource(r.Group, r.Resource, catalog, specPath.Child("cacheSizing", "disabledResources").Index(i))...)
+		}
+		errs = append(errs, validateFeatureGates(spec.FeatureGates, catalog, specPath.Child("featureGates"), &warnings)...)
+		errs = append(errs, validatePlugins(spec.Admission.EnablePlugins, catalog, specPath.Child("admission", "enablePlugins"))...)
+		errs = append(errs, validatePlugins(spec.Admission.DisablePlugins, catalog, specPath.Child("admission", "disablePlugins"))...)
+	}
+	return errs, warnings
+}
+
+// validateExtraArgs refuses flags the operator manages, flags the version
+// does not have (with a suggestion for a misspelling), values that do not
+// parse as the flag's type, and a flag repeated where only the last value
+// would count.
+func validateExtraArgs(args []v1alpha1.ExtraArg, v *utilversion.Version, catalog *Catalog, path *field.Path, warnings *[]string) field.ErrorList {
+	var errs field.ErrorList
+	managed := ManagedFlagFields()
+	seen := map[string]int{}
+	for i, a := range args {
+		p := path.Index(i)
+		if owner, ok := managed[a.Name]; ok {
+			errs = append(errs, field.Forbidden(p.Child("name"),
+				fmt.Sprintf("--%s is managed by the operator from %s: set it there instead", a.Name, owner)))
+			continue
+		}
+		if catalog == nil {
+			if !FlagSupported(a.Name, v, nil) {
+				errs = append(errs, field.Invalid(p.Child("name"), a.Name,
+					fmt.Sprintf("kube-apiserver %s has no flag --%s", v, a.Name)))
+			}
+			continue
+		}
+		f, ok := catalog.Flags[a.Name]
+		if !ok {
+			msg := fmt.Sprintf("kube-apiserver %s has no flag --%s", catalog.Version, a.Name)
+			if s := Suggest(a.Name, catalog.FlagNames()); s != "" {
+				msg += fmt.Sprintf(", did you mean --%s?", s)
+			}
+			errs = append(errs, field.Invalid(p.Child("name"), a.Name, msg))
+			continue
+		}
+		if f.Deprecated != "" {
+			*warnings = append(*warnings, fmt.Sprintf("%s: --%s is deprecated: %s", p.Child("name"), a.Name, f.Deprecated))
+		}
+		if first, dup := seen[a.Name]; dup && !f.Repeatable {
+			errs = append(errs, field.Duplicate(p.Child("name"),
+				fmt.Sprintf("--%s is also given in %s and kube-apiserver keeps only the last value", a.Name, path.Index(first))))
+		} else if !dup {
+			seen[a.Name] = i
+		}
+		if err := checkFlagValue(f, extraArgValue(a, catalog)); err != nil {
+			errs = append(errs, field.Invalid(p.Child("value"), a.Value,
+				fmt.Sprintf("--%s takes a %s: %v", a.Name, f.Type, err)))
+		}
+	}
+	return errs
+}
+
+// checkFlagValue parses value as kube-apiserver would for the scalar types;
+// other types are left to kube-apiserver.
+func checkFlagValue(f Flag, value string) error {
+	var err error
+	switch f.Type {
+	case "bool":
+		_, err = strconv.ParseBool(value)
+	case "int", "int32", "int64":
+		_, err = strconv.ParseInt(value, 10, 64)
+	case "uint":
+		_, err = strconv.ParseUint(value, 10, 64)
+	case "float32", "float64":
+		_, err = strconv.ParseFloat(value, 64)
+	case "duration":
+		_, err = time.ParseDuration(value)
+	case "ip":
+		if net.ParseIP(value) == nil {
+			err = fmt.Errorf("%q is not an IP address", value)
+		}
+	}
+	if ne, ok := err.(*strconv.NumError); ok {
+		err = ne.Err
+	}
+	return err
+}
+
+// validateResource checks that kube-apiserver stores group/resource, since
+// an override or cache setting naming anything else is silently ignored.
+func validateResource(group, resource string, catalog *Catalog, path *field.Path) field.ErrorList {
+	gr := schema.GroupResource{Group: group, Resource: resource}
+	if _, ok := catalog.Resources[gr]; ok {
+		return nil
+	}
+	var inGroup, all []string
+	for known := range catalog.Resources {
+		all = append(all, known.String())
+		if known.Group == group {
+			inGroup = append(inGroup, known.Resource)
+		}
+	}
+	msg := fmt.Sprintf("kube-apiserver %s stores no resource %q in group %q", catalog.Version, resource, group)
+	if s := Suggest(resource, inGroup); s != "" {
+		msg += fmt.Sprintf(", did you mean %q?", s)
+	} else if s := Suggest(gr.String(), all); s != "" {
+		msg += fmt.Sprintf(", did you mean %q?", s)
+	}
+	return field.ErrorList{field.Invalid(path.Child("resource"), resource, msg)}
+}
+
+// validateFeatureGates refuses unknown gates and gates locked to their
+// default, both of which make kube-apiserver exit, and warns about alpha
+// gates.
+func validateFeatureGates(gates map[string]bool, catalog *Catalog, path *field.Path, warnings *[]string) field.ErrorList {
+	var errs field.ErrorList
+	names := make([]string, 0, len(gates))
+	for name := range gates {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	known := make([]string, 0, len(catalog.FeatureGates))
+	for name := range catalog.FeatureGates {
+		known = append(known, name)
+	}
+	for _, name := range names {
+		g, ok := catalog.FeatureGates[name]
+		p := path.Key(name)
+		switch {
+		case !ok:
+			msg := fmt.Sprintf("kube-apiserver %s has no feature gate %s", catalog.Version, name)
+			if s := Suggest(name, known); s != "" {
+				msg += fmt.Sprintf(", did you mean %s?", s)
+			}
+			errs = append(errs, field.Invalid(p, gates[name], msg))
+		case g.LockToDefault && gates[name] != g.Default:
+			errs = append(errs, field.Invalid(p, gates[name],
+				fmt.Sprintf("%s is locked to %t in kube-apiserver %s", name, g.Default, catalog.Version)))
+		case g.PreRelease == "ALPHA" && gates[name]:
+			*warnings = append(*warnings, fmt.Sprintf("%s: %s is an alpha feature: not for production", p, name))
+		}
+	}
+	return errs
+}
+
+// validatePlugins refuses admission plugins that are not compiled in.
+func validatePlugins(plugins []string, catalog *Catalog, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	known := make([]string, 0, len(catalog.AdmissionPlugins))
+	for name := range catalog.AdmissionPlugins {
+		known = append(known, name)
+	}
+	for i, name := range plugins {
+		if _, ok := catalog.AdmissionPlugins[name]; ok {
+			continue
+		}
+		msg := fmt.Sprintf("kube-apiserver %s has no admission plugin %s", catalog.Version, name)
+		if s := Suggest(name, known); s != "" {
+			msg += fmt.Sprintf(", did you mean %s?", s)
+		}
+		errs = append(errs, field.Invalid(path.Index(i), name, msg))
+	}
+	return errs
+}
+
+// widestSpecs are completed specs that set every optional feature, in each
+// authentication style, so that ManagedFlagFields sees every flag the
+// operator may set.
+func widestSpecs() []*Completed {
+	var out []*Completed
+	// The bundled version takes authentication from a file; v1.23 still has
+	// the OIDC flags and --target-ram-mb.
+	for _, version := range []string{v1alpha1.BundledVersion, "v1.23.0"} {
+		cfg := &v1alpha1.ApiServerConfig{
+			ObjectMeta: metav1.ObjectMeta{Name: "widest", Namespace: "widest"},
+			Spec: v1alpha1.ApiServerConfigSpec{
+				Version:                version,
+				EndpointReconcilerType: v1alpha1.EndpointReconcilerMasterCount,
+				Etcd: v1alpha1.EtcdSpec{
+					Servers:   []string{"https://etcd:2379"},
+					TLS:       &v1alpha1.EtcdTLS{SecretName: "etcd"},
+					Overrides: []v1alpha1.EtcdOverride{{Resource: "events", Servers: []string{"https://e:2379"}}},
+				},
+				Serving: v1alpha1.ServingSpec{
+					ExternalHostname: "api.example.com",
+					TLS:              v1alpha1.TLSSpec{CipherSuites: secureCipherSuites[:1]},
+				},
+				Authentication: v1alpha1.AuthenticationSpec{
+					OIDC: &v1alpha1.OIDCSpec{IssuerURL: "https://issuer", ClientID: "c", UsernamePrefix: "p",
+						GroupsClaim: "g", GroupsPrefix: "p", CAConfigMapName: "ca"},
+					ServiceAccount: v1alpha1.ServiceAccountSpec{MaxTokenExpiration: &metav1.Duration{Duration: time.Hour}},
+				},
+				Authorization: v1alpha1.AuthorizationSpec{
+					Modes:   []v1alpha1.AuthorizationMode{"Webhook"},
+					Webhook: &v1alpha1.AuthorizationWebhookSpec{KubeconfigSecretName: "w"},
+				},
+				Admission:     v1alpha1.AdmissionSpec{DisablePlugins: []string{"x"}},
+				Encryption:    &v1alpha1.EncryptionSpec{Provider: "secretbox"},
+				FeatureGates:  map[string]bool{"X": true},
+				RuntimeConfig: map[string]string{"api/all": "true"},
+				Requests: v1alpha1.RequestsSpec{
+					Timeout:           &metav1.Duration{Duration: time.Minute},
+					MinTimeoutSeconds: ptr.To[int32](1800),
+				},
+				CacheSizing: v1alpha1.CacheSizingSpec{
+					TargetRAMMB:       ptr.To[int32](1024),
+					DisabledResources: []v1alpha1.GroupResource{{Resource: "events"}},
+				},
+			},
+		}
+		c, err := Complete(cfg, Inputs{})
+		if err != nil {
+			panic(fmt.Sprintf("completing the widest spec: %v", err))
+		}
+		out = append(out, c)
+	}
+	return out
+}
