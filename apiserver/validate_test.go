@@ -97,8 +97,10 @@ func TestValidate(t *testing.T) {
 		field:   "spec.featureGates[WatchLists]",
 		message: "has no feature gate WatchLists, did you mean WatchList?",
 	}, {
-		name:    "a gate locked to its default cannot be flipped",
-		mutate:  func(s *v1alpha1.ApiServerConfigSpec) { s.FeatureGates = map[string]bool{"MultiCIDRServiceAllocator": false} },
+		name: "a gate locked to its default cannot be flipped",
+		mutate: func(s *v1alpha1.ApiServerConfigSpec) {
+			s.FeatureGates = map[string]bool{"MultiCIDRServiceAllocator": false}
+		},
 		field:   "spec.featureGates[MultiCIDRServiceAllocator]",
 		message: "MultiCIDRServiceAllocator is locked to true",
 	}, {
