@@ -223,6 +223,11 @@ func defaultFlags(c *Completed) []managedFlag {
 		{"kubelet-certificate-authority", []string{CAFile}, ""},
 		// CIS 1.2.21 wants it explicit.
 		{"service-account-lookup", []string{"true"}, ""},
+		// On SIGTERM keep serving while the endpoints drop this pod, and
+		// tell clients to retry elsewhere meanwhile: rollouts and scale-down
+		// fail no request.
+		{"shutdown-delay-duration", []string{"10s"}, ""},
+		{"shutdown-send-retry-after", []string{"true"}, ""},
 	}
 	if c.Spec.Serving.TLS.MinVersion == "VersionTLS12" && len(c.Spec.Serving.TLS.CipherSuites) == 0 {
 		f = append(f, managedFlag{"tls-cipher-suites", []string{strings.Join(secureCipherSuites, ",")}, ""})

@@ -1,0 +1,159 @@
+package apiserver
+
+import (
+	"encoding/base64"
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+// healthPaths are reachable without credentials even when anonymous access
+// is off, so that kubelet's probes (which cannot authenticate) work. RBAC's
+// built-in system:public-info-viewer role already lets anyone read them.
+var healthPaths = []string{"/healthz", "/livez", "/readyz"}
+
+// AuthenticationConfig renders the AuthenticationConfiguration file:
+// anonymous access (everywhere, or only on the health endpoints) and the
+// OIDC issuer as a JWT authenticator. oidcCA is the PEM bundle of the
+// issuer's CA, read by the controller from spec.authentication.oidc's
+// ConfigMap; nil for a publicly trusted issuer.
+func AuthenticationConfig(c *Completed, oidcCA []byte) ([]byte, error) {
+	cfg := apiserverv1.AuthenticationConfiguration{
+		TypeMeta:  metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "AuthenticationConfiguration"},
+		Anonymous: &apiserverv1.AnonymousAuthConfig{Enabled: true},
+	}
+	if !*c.Spec.Authentication.Anonymous {
+		for _, p := range healthPaths {
+			cfg.Anonymous.Conditions = append(cfg.Anonymous.Conditions, apiserverv1.AnonymousAuthCondition{Path: p})
+		}
+	}
+	if o := c.Spec.Authentication.OIDC; o != nil {
+		jwt := apiserverv1.JWTAuthenticator{
+			Issuer: apiserverv1.Issuer{
+				URL:                  o.IssuerURL,
+				Audiences:            []string{o.ClientID},
+				CertificateAuthority: string(oidcCA),
+			},
+			ClaimMappings: apiserverv1.ClaimMappings{
+				Username: apiserverv1.PrefixedClaimOrExpression{Claim: o.UsernameClaim, Prefix: ptr.To(oidcUsernamePrefix(o))},
+			},
+		}
+		if o.GroupsClaim != "" {
+			jwt.ClaimMappings.Groups = apiserverv1.PrefixedClaimOrExpression{Claim: o.GroupsClaim, Prefix: ptr.To(o.GroupsPrefix)}
+		}
+		cfg.JWT = append(cfg.JWT, jwt)
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the authentication configuration: %w", err)
+	}
+	return out, nil
+}
+
+// oidcUsernamePrefix keeps the meaning of the --oidc-username-prefix flag:
+// "-" is no prefix, and when unset, user names other than emails are
+// prefixed with the issuer URL and '#', so that they cannot pose as other
+// users.
+func oidcUsernamePrefix(o *v1alpha1.OIDCSpec) string {
+	switch {
+	case o.UsernamePrefix == "-":
+		return ""
+	case o.UsernamePrefix != "":
+		return o.UsernamePrefix
+	case o.UsernameClaim == "email":
+		return ""
+	default:
+		return o.IssuerURL + "#"
+	}
+}
+
+// DefaultAuditPolicy is the policy used when spec.audit names none: every
+// request at the Metadata level (who did what, when, to which object,
+// without bodies that may hold secrets), without the RequestReceived stage
+// that only doubles the volume.
+func DefaultAuditPolicy() ([]byte, error) {
+	policy := auditv1.Policy{
+		TypeMeta:          metav1.TypeMeta{APIVersion: auditv1.SchemeGroupVersion.String(), Kind: "Policy"},
+		OmitStages:        []auditv1.Stage{auditv1.StageRequestReceived},
+		OmitManagedFields: true,
+		Rules:             []auditv1.PolicyRule{{Level: auditv1.LevelMetadata}},
+	}
+	out, err := yaml.Marshal(policy)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the default audit policy: %w", err)
+	}
+	return out, nil
+}
+
+// EncryptionKey is one key of the encryption provider; the first key
+// encrypts, all of them decrypt, so a key is rotated by putting a new one
+// first and dropping the old one once everything was rewritten.
+type EncryptionKey struct {
+	Name string
+	// Secret is the raw key: 32 bytes.
+	Secret []byte
+}
+
+// EncryptionConfig renders the EncryptionConfiguration for
+// spec.encryption.provider with keys, newest first. The identity provider
+// comes last so that data written before encryption was turned on can still
+// be read. The result holds key material: it goes in a Secret only.
+func EncryptionConfig(spec *v1alpha1.EncryptionSpec, keys []EncryptionKey) ([]byte, error) {
+	if spec == nil || spec.Provider == "" {
+		return nil, fmt.Errorf("rendering the encryption configuration: spec.encryption.provider is not set")
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("rendering the encryption configuration: no key for provider %s", spec.Provider)
+	}
+	var ks []apiserverv1.Key
+	for _, k := range keys {
+		if len(k.Secret) != 32 {
+			return nil, fmt.Errorf("rendering the encryption configuration: key %q has %d bytes, %s needs 32", k.Name, len(k.Secret), spec.Provider)
+		}
+		ks = append(ks, apiserverv1.Key{Name: k.Name, Secret: base64.StdEncoding.EncodeToString(k.Secret)})
+	}
+	var provider apiserverv1.ProviderConfiguration
+	switch spec.Provider {
+	case "secretbox":
+		provider.Secretbox = &apiserverv1.SecretboxConfiguration{Keys: ks}
+	case "aescbc":
+		provider.AESCBC = &apiserverv1.AESConfiguration{Keys: ks}
+	case "aesgcm":
+		provider.AESGCM = &apiserverv1.AESConfiguration{Keys: ks}
+	default:
+		return nil, fmt.Errorf("rendering the encryption configuration: unknown provider %q", spec.Provider)
+	}
+	resources := spec.Resources
+	if len(resources) == 0 {
+		resources = []string{"secrets"}
+	}
+	resources = slices.Sorted(slices.Values(resources))
+	cfg := apiserverv1.EncryptionConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "EncryptionConfiguration"},
+		Resources: []apiserverv1.ResourceConfiguration{{
+			Resources: resources,
+			Providers: []apiserverv1.ProviderConfiguration{provider, {Identity: &apiserverv1.IdentityConfiguration{}}},
+		}},
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the encryption configuration: %w", err)
+	}
+	return out, nil
+}
+
+// String names the key without its secret, so that logs and errors never
+// carry key material.
+func (k EncryptionKey) String() string {
+	return fmt.Sprintf("EncryptionKey{Name: %q, %d bytes}", k.Name, len(k.Secret))
+}
+
+// GoString is String, for %#v.
+func (k EncryptionKey) GoString() string { return k.String() }

@@ -1,0 +1,390 @@
+package apiserver
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// DefaultImageRepository is where the operator's bundled kube-apiserver
+// image is found unless spec.image or the operator's configuration says
+// otherwise; its tag is the version.
+const DefaultImageRepository = "localhost/apiserver-operator/kube-apiserver"
+
+// Labels and annotations the operator puts on what it creates.
+const (
+	// NameLabel carries the name of the ApiServerConfig on every object and
+	// pod of it.
+	NameLabel = "controlplane.apiserver-operator.dev/name"
+	// ConfigHashAnnotation on the pod template changes when anything that
+	// kube-apiserver reads only at start changes, which rolls the pods.
+	ConfigHashAnnotation = "controlplane.apiserver-operator.dev/config-hash"
+	// FieldOwner is the server-side apply field manager of every object
+	// the operator applies.
+	FieldOwner = "apiserver-operator"
+)
+
+// nonRootUID runs kube-apiserver: it listens on a high port and needs no
+// privilege, which lets its pods pass the restricted Pod Security level.
+const nonRootUID = 65532
+
+// Names of the objects of an ApiServerConfig.
+func CASecretName(name string) string               { return name + "-ca" }
+func ServingSecretName(name string) string          { return name + "-apiserver-serving" }
+func KubeletClientSecretName(name string) string    { return name + "-apiserver-kubelet-client" }
+func FrontProxyCASecretName(name string) string     { return name + "-front-proxy-ca" }
+func FrontProxyClientSecretName(name string) string { return name + "-front-proxy-client" }
+func ServiceAccountSecretName(name string) string   { return name + "-sa" }
+func AdminKubeconfigSecretName(name string) string  { return name + "-admin-kubeconfig" }
+func EncryptionSecretName(name string) string       { return name + "-encryption" }
+func ConfigMapName(name string) string              { return name + "-apiserver-config" }
+func DeploymentName(name string) string             { return name + "-apiserver" }
+
+// Keys in the Secrets and ConfigMaps the operator writes.
+const (
+	// CABundleKey holds the CAs clients trust: the current one, and the old
+	// one during a rotation.
+	CABundleKey = "ca-bundle.crt"
+	// ServiceAccountPrivateKeyKey and ServiceAccountPublicKeysKey are the
+	// keys of the service-account Secret.
+	ServiceAccountPrivateKeyKey = "sa.key"
+	ServiceAccountPublicKeysKey = "sa.pub"
+	// KubeconfigKey holds a kubeconfig (Cluster API's convention).
+	KubeconfigKey = "value"
+	// EncryptionConfigKey holds the EncryptionConfiguration.
+	EncryptionConfigKey = "encryption-config.yaml"
+	// AuthenticationConfigKey and AuditPolicyKey are the files of the
+	// operator's ConfigMap.
+	AuthenticationConfigKey = "authentication-config.yaml"
+	AuditPolicyKey          = "audit-policy.yaml"
+)
+
+// SelectorLabels select the apiserver pods of an ApiServerConfig.
+func SelectorLabels(name string) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/name":     "kube-apiserver",
+		"app.kubernetes.io/instance": name,
+		NameLabel:                    name,
+	}
+}
+
+// Selector is SelectorLabels as a string, for status.selector (the scale
+// subresource).
+func Selector(name string) string {
+	return labels.SelectorFromSet(SelectorLabels(name)).String()
+}
+
+// objectLabels are on every object of an ApiServerConfig.
+func objectLabels(c *Completed) map[string]string {
+	l := SelectorLabels(c.Name)
+	l["app.kubernetes.io/managed-by"] = FieldOwner
+	l["app.kubernetes.io/component"] = "control-plane"
+	l["app.kubernetes.io/version"] = c.Spec.Version
+	return l
+}
+
+func objectMeta(c *Completed, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: objectLabels(c)}
+}
+
+// Image is the container image of kube-apiserver: spec.image, or the
+// bundled image of spec.version from repository (DefaultImageRepository
+// when empty).
+func Image(c *Completed, repository string) string {
+	if c.Spec.Image != "" {
+		return c.Spec.Image
+	}
+	if repository == "" {
+		repository = DefaultImageRepository
+	}
+	return repository + ":" + c.Spec.Version
+}
+
+// DesiredService is the Service in front of the apiservers.
+func DesiredService(c *Completed) *corev1.Service {
+	svc := &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: objectMeta(c, c.ServiceName),
+		Spec: corev1.ServiceSpec{
+			Type:     c.Spec.Serving.Service.Type,
+			Selector: SelectorLabels(c.Name),
+			Ports: []corev1.ServicePort{{
+				Name:       "https",
+				Protocol:   corev1.ProtocolTCP,
+				Port:       c.Spec.Serving.Service.Port,
+				TargetPort: intstr.FromString("https"),
+			}},
+		},
+	}
+	if n := c.Spec.Serving.Service.NodePort; n != nil {
+		svc.Spec.Ports[0].NodePort = *n
+	}
+	if a := c.Spec.Serving.Service.Annotations; len(a) > 0 {
+		svc.Annotations = a
+	}
+	return svc
+}
+
+// DesiredPodDisruptionBudget keeps all but one apiserver up during voluntary
+// disruptions (node drains). With one replica or none it returns nil: a
+// budget would then block every drain, so the controller deletes it.
+func DesiredPodDisruptionBudget(c *Completed) *policyv1.PodDisruptionBudget {
+	if *c.Spec.MasterCount <= 1 {
+		return nil
+	}
+	return &policyv1.PodDisruptionBudget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: objectMeta(c, DeploymentName(c.Name)),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			Selector:       &metav1.LabelSelector{MatchLabels: SelectorLabels(c.Name)},
+		},
+	}
+}
+
+// DesiredConfigMap holds the files the operator renders without secrets:
+// the authentication configuration and, unless the user gave one, the
+// audit policy.
+func DesiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: objectMeta(c, ConfigMapName(c.Name)),
+		Data:       map[string]string{},
+	}
+	if usesAuthenticationConfig(c) {
+		authn, err := AuthenticationConfig(c, oidcCA)
+		if err != nil {
+			return nil, err
+		}
+		cm.Data[AuthenticationConfigKey] = string(authn)
+	}
+	if c.Spec.Audit.PolicyConfigMapName == "" {
+		policy, err := DefaultAuditPolicy()
+		if err != nil {
+			return nil, err
+		}
+		cm.Data[AuditPolicyKey] = string(policy)
+	}
+	return cm, nil
+}
+
+// ConfigHash summarizes what kube-apiserver reads only when it starts: its
+// command line and the content of files it does not reload (service-account
+// keys, etcd and kubelet client credentials, encryption and authentication
+// configuration). A change of it rolls the pods; a renewed serving
+// certificate or CA bundle, which kube-apiserver reloads, does not enter it.
+func ConfigHash(args []string, restartFiles map[string][]byte) string {
+	h := sha256.New()
+	for _, a := range args {
+		fmt.Fprintf(h, "arg %d %s\n", len(a), a)
+	}
+	names := make([]string, 0, len(restartFiles))
+	for name := range restartFiles {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(h, "file %s %d\n", name, len(restartFiles[name]))
+		h.Write(restartFiles[name])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// DeploymentInputs are what the Deployment depends on besides the spec.
+type DeploymentInputs struct {
+	// ConfigHash is ConfigHash of the command line and restart-only files.
+	ConfigHash string
+	// ImageRepository overrides DefaultImageRepository (operator setting).
+	ImageRepository string
+}
+
+// DesiredDeployment runs masterCount kube-apiservers with args. It rolls
+// one pod at a time and only after the new one is ready (maxUnavailable 0),
+// so scaling and rotations never leave the Service without a ready
+// apiserver.
+func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv1.Deployment, error) {
+	if in.ConfigHash == "" {
+		return nil, fmt.Errorf("building the Deployment of %s/%s: no config hash given", c.Namespace, c.Name)
+	}
+	port := c.Spec.Serving.SecurePort
+	probe := func(path string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS,
+			}},
+			PeriodSeconds:    period,
+			TimeoutSeconds:   5,
+			FailureThreshold: failures,
+		}
+	}
+	env := []corev1.EnvVar{{
+		Name:      PodIPEnv,
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}},
+	}}
+	if b := c.Sizing.GoMemLimitBytes; b > 0 {
+		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(b, 10)})
+	}
+	volumes, mounts := podVolumes(c)
+
+	container := corev1.Container{
+		Name:            "kube-apiserver",
+		Image:           Image(c, in.ImageRepository),
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"kube-apiserver"},
+		Args:            args,
+		Env:             env,
+		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+		// Up to 5 minutes to start (a large etcd), then restarted after a
+		// minute without /livez, out of the Service as soon as /readyz
+		// fails.
+		StartupProbe:   probe("/livez", 5, 60),
+		LivenessProbe:  probe("/livez", 10, 6),
+		ReadinessProbe: probe("/readyz", 5, 3),
+		Resources:      c.Spec.Resources,
+		VolumeMounts:   mounts,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+
+	podLabels := SelectorLabels(c.Name)
+	d := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: objectMeta(c, DeploymentName(c.Name)),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(*c.Spec.MasterCount),
+			Selector: &metav1.LabelSelector{MatchLabels: SelectorLabels(c.Name)},
+			Strategy: appsv1.DeploymentStrategy{
+				Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{
+					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+					MaxSurge:       ptr.To(intstr.FromInt32(1)),
+				},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      podLabels,
+					Annotations: map[string]string{ConfigHashAnnotation: in.ConfigHash},
+				},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{container},
+					Volumes:    volumes,
+					// kube-apiserver needs no credentials of the management
+					// cluster.
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To[int64](nonRootUID),
+						RunAsGroup:     ptr.To[int64](nonRootUID),
+						FSGroup:        ptr.To[int64](nonRootUID),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					// kube-apiserver drains in-flight requests and waits for
+					// endpoints to drop it (--shutdown-delay-duration) before
+					// exiting.
+					TerminationGracePeriodSeconds: ptr.To[int64](60),
+					NodeSelector:                  c.Spec.NodeSelector,
+					Tolerations:                   c.Spec.Tolerations,
+					Affinity:                      c.Spec.Affinity,
+					TopologySpreadConstraints:     c.Spec.TopologySpreadConstraints,
+					PriorityClassName:             c.Spec.PriorityClassName,
+				},
+			},
+		},
+	}
+	return d, nil
+}
+
+// podVolumes mounts the PKI, the etcd credentials, the rendered
+// configuration and the optional files, at the paths of paths.go.
+func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
+	const keyMode, certMode = int32(0o440), int32(0o444)
+	item := func(key, path string, mode int32) corev1.KeyToPath {
+		return corev1.KeyToPath{Key: key, Path: path, Mode: ptr.To(mode)}
+	}
+	secret := func(name string, items ...corev1.KeyToPath) corev1.VolumeProjection {
+		return corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Items: items,
+		}}
+	}
+	pki := []corev1.VolumeProjection{
+		secret(CASecretName(c.Name), item(CABundleKey, "ca.crt", certMode)),
+		secret(ServingSecretName(c.Name), item(corev1.TLSCertKey, "apiserver.crt", certMode), item(corev1.TLSPrivateKeyKey, "apiserver.key", keyMode)),
+		secret(KubeletClientSecretName(c.Name), item(corev1.TLSCertKey, "apiserver-kubelet-client.crt", certMode), item(corev1.TLSPrivateKeyKey, "apiserver-kubelet-client.key", keyMode)),
+		secret(FrontProxyCASecretName(c.Name), item(CABundleKey, "front-proxy-ca.crt", certMode)),
+		secret(FrontProxyClientSecretName(c.Name), item(corev1.TLSCertKey, "front-proxy-client.crt", certMode), item(corev1.TLSPrivateKeyKey, "front-proxy-client.key", keyMode)),
+		secret(ServiceAccountSecretName(c.Name), item(ServiceAccountPrivateKeyKey, "sa.key", keyMode), item(ServiceAccountPublicKeysKey, "sa.pub", certMode)),
+	}
+	if tls := c.Spec.Etcd.TLS; tls != nil {
+		pki = append(pki, secret(tls.SecretName,
+			item(tls.CAKey, "etcd/"+etcdCAFileName, certMode),
+			item(tls.CertKey, "etcd/"+etcdCertFileName, certMode),
+			item(tls.KeyKey, "etcd/"+etcdKeyFileName, keyMode)))
+	}
+	volumes := []corev1.Volume{{
+		Name:         "pki",
+		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: pki}},
+	}}
+	mounts := []corev1.VolumeMount{{Name: "pki", MountPath: PKIDir, ReadOnly: true}}
+
+	config := []corev1.VolumeProjection{{ConfigMap: &corev1.ConfigMapProjection{
+		LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(c.Name)},
+	}}}
+	if name := c.Spec.Audit.PolicyConfigMapName; name != "" {
+		config = append(config, corev1.VolumeProjection{ConfigMap: &corev1.ConfigMapProjection{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name},
+			Items:                []corev1.KeyToPath{{Key: "policy.yaml", Path: AuditPolicyKey}},
+		}})
+	}
+	volumes = append(volumes, corev1.Volume{
+		Name:         "config",
+		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: config}},
+	})
+	mounts = append(mounts, corev1.VolumeMount{Name: "config", MountPath: ConfigDir, ReadOnly: true})
+
+	// The audit log is rotated by size in the pod; an emptyDir keeps it
+	// across container restarts.
+	volumes = append(volumes, corev1.Volume{Name: "audit-log", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	mounts = append(mounts, corev1.VolumeMount{Name: "audit-log", MountPath: AuditLogDir})
+
+	if c.Spec.Encryption != nil {
+		name := EncryptionSecretName(c.Name)
+		if c.Spec.Encryption.ConfigSecretName != "" {
+			name = c.Spec.Encryption.ConfigSecretName
+		}
+		volumes = append(volumes, corev1.Volume{Name: "encryption", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: name, Items: []corev1.KeyToPath{item(EncryptionConfigKey, EncryptionConfigKey, keyMode)},
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "encryption", MountPath: "/etc/kubernetes/encryption", ReadOnly: true})
+	}
+	if w := c.Spec.Authorization.Webhook; w != nil {
+		volumes = append(volumes, corev1.Volume{Name: "authz-webhook", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: w.KubeconfigSecretName, Items: []corev1.KeyToPath{item("kubeconfig", "kubeconfig", keyMode)},
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "authz-webhook", MountPath: "/etc/kubernetes/authz-webhook", ReadOnly: true})
+	}
+	if o := c.Spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" && !usesAuthenticationConfig(c) {
+		// With an AuthenticationConfiguration the CA is inlined there.
+		volumes = append(volumes, corev1.Volume{Name: "oidc-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.CAConfigMapName},
+			Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "oidc-ca", MountPath: "/etc/kubernetes/oidc", ReadOnly: true})
+	}
+	return volumes, mounts
+}

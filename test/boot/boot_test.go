@@ -1,0 +1,276 @@
+// Package boot runs the bundled kube-apiserver with exactly the command line,
+// PKI and configuration files the operator renders, against two real etcd
+// servers over mutual TLS, and checks what a user of the tenant would see.
+package boot
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/test/envtest"
+)
+
+const ecdsa = pki.KeyAlgorithmECDSAP256
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func write(t *testing.T, path string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, mode); err != nil {
+		t.Fatalf("writing %s: %v", path, err)
+	}
+}
+
+// must returns v, or fails the test (by a panic, which the testing
+// package reports with the stack) when err is set.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// start runs a bundled binary until the test ends, its output in a log file
+// that is printed if the test fails.
+func start(t *testing.T, dir, name string, args ...string) {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	logFile := must(os.Create(logPath))
+	cmd := exec.Command(filepath.Join(envtest.RepoRoot(), "bin", name), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s (run make bundled): %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logFile.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("%s output (last 3000 bytes):\n%s", name, tail(out, 3000))
+		}
+	})
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// etcdServer starts an etcd that requires client certificates signed by ca.
+func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) string {
+	t.Helper()
+	now := time.Now()
+	serving := must(pki.NewSignedCert(ca, pki.ServingCertConfig([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}), ecdsa, time.Hour, now))
+	certDir := filepath.Join(dir, name+"-tls")
+	write(t, filepath.Join(certDir, "ca.crt"), ca.CertPEM(), 0o600)
+	write(t, filepath.Join(certDir, "server.crt"), serving.CertPEM(), 0o600)
+	write(t, filepath.Join(certDir, "server.key"), must(serving.KeyPEM()), 0o600)
+	client := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	start(t, dir, "etcd",
+		"--name="+name, "--data-dir="+filepath.Join(dir, name+"-data"),
+		"--listen-client-urls="+client, "--advertise-client-urls="+client,
+		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
+		"--initial-cluster="+name+"="+peer,
+		"--cert-file="+filepath.Join(certDir, "server.crt"), "--key-file="+filepath.Join(certDir, "server.key"),
+		"--client-cert-auth", "--trusted-ca-file="+filepath.Join(certDir, "ca.crt"),
+		"--log-level=warn")
+	return client
+}
+
+func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+
+	// Two etcd servers behind mutual TLS, as a platform would run them.
+	etcdCA := must(pki.NewSelfSignedCA("etcd-ca", ecdsa, 24*time.Hour, now))
+	mainEtcd := etcdServer(t, dir, "main", etcdCA)
+	eventsEtcd := etcdServer(t, dir, "events", etcdCA)
+	etcdClient := must(pki.NewSignedCert(etcdCA, pki.EtcdClientCertConfig(), ecdsa, time.Hour, now))
+
+	port := freePort(t)
+	cfg := &v1alpha1.ApiServerConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "boot", Namespace: "tenants"},
+		Spec: v1alpha1.ApiServerConfigSpec{
+			// kube-apiserver refuses a loopback advertise address with the
+			// lease and master-count reconcilers.
+			EndpointReconcilerType: v1alpha1.EndpointReconcilerNone,
+			Etcd: v1alpha1.EtcdSpec{
+				Servers:   []string{mainEtcd},
+				Prefix:    "/tenants/boot",
+				TLS:       &v1alpha1.EtcdTLS{SecretName: "etcd-client"},
+				Overrides: []v1alpha1.EtcdOverride{{Resource: "events", Servers: []string{eventsEtcd}}},
+			},
+			ServiceClusterIPRange: []string{"10.120.0.0/16"},
+			Serving:               v1alpha1.ServingSpec{SecurePort: int32(port)},
+			CacheSizing:           v1alpha1.CacheSizingSpec{DisabledResources: []v1alpha1.GroupResource{{Resource: "events"}}},
+			ExtraArgs:             []v1alpha1.ExtraArg{{Name: "bind-address", Value: "127.0.0.1"}},
+		},
+	}
+	if errs, _ := apiserver.Validate(cfg); len(errs) > 0 {
+		t.Fatalf("the test spec is invalid: %v", errs.ToAggregate())
+	}
+	c := must(apiserver.Complete(cfg, apiserver.Inputs{}))
+	args := must(apiserver.Args(c))
+	cm := must(apiserver.DesiredConfigMap(c, nil))
+
+	// The PKI, at the paths the flags name, under dir instead of /.
+	root := func(path string) string { return filepath.Join(dir, path) }
+	alg := c.Spec.Certificates.KeyAlgorithm
+	ca := must(pki.NewSelfSignedCA("kubernetes", alg, 24*time.Hour, now))
+	serving := must(pki.NewSignedCert(ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), alg, time.Hour, now))
+	kubeletClient := must(pki.NewSignedCert(ca, pki.KubeletClientCertConfig(), alg, time.Hour, now))
+	frontProxyCA := must(pki.NewSelfSignedCA("front-proxy-ca", alg, 24*time.Hour, now))
+	frontProxyClient := must(pki.NewSignedCert(frontProxyCA, pki.FrontProxyClientCertConfig(), alg, time.Hour, now))
+	sa := must(pki.NewServiceAccountKey(alg))
+	admin := must(pki.NewSignedCert(ca, pki.AdminCertConfig(), alg, time.Hour, now))
+	for path, data := range map[string][]byte{
+		apiserver.CAFile:                       pki.TrustBundle(now, ca.Cert()),
+		apiserver.ServingCertFile:              serving.CertPEM(),
+		apiserver.ServingKeyFile:               must(serving.KeyPEM()),
+		apiserver.KubeletClientCertFile:        kubeletClient.CertPEM(),
+		apiserver.KubeletClientKeyFile:         must(kubeletClient.KeyPEM()),
+		apiserver.FrontProxyCAFile:             pki.TrustBundle(now, frontProxyCA.Cert()),
+		apiserver.FrontProxyClientCertFile:     frontProxyClient.CertPEM(),
+		apiserver.FrontProxyClientKeyFile:      must(frontProxyClient.KeyPEM()),
+		apiserver.ServiceAccountSigningKeyFile: must(sa.PrivateKeyPEM()),
+		apiserver.ServiceAccountKeyFile:        must(pki.PublicKeysPEM(sa.Public())),
+		apiserver.EtcdCAFile:                   etcdCA.CertPEM(),
+		apiserver.EtcdCertFile:                 etcdClient.CertPEM(),
+		apiserver.EtcdKeyFile:                  must(etcdClient.KeyPEM()),
+		apiserver.AuthenticationConfigFile:     []byte(cm.Data[apiserver.AuthenticationConfigKey]),
+		apiserver.AuditPolicyFile:              []byte(cm.Data[apiserver.AuditPolicyKey]),
+	} {
+		write(t, root(path), data, 0o600)
+	}
+	for i, a := range args {
+		a = strings.ReplaceAll(a, "$("+apiserver.PodIPEnv+")", "127.0.0.1")
+		a = strings.ReplaceAll(a, "=/etc/kubernetes/", "="+root("/etc/kubernetes")+"/")
+		args[i] = strings.ReplaceAll(a, "=/var/log/kubernetes/", "="+root("/var/log/kubernetes")+"/")
+	}
+	start(t, dir, "kube-apiserver", args...)
+
+	// What kubelet's probes see: the health endpoints answer without
+	// credentials although anonymous access is off.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pki.TrustBundle(now, ca.Cert()))
+	anonymous := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "kubernetes.default.svc"}}}
+	base := fmt.Sprintf("https://127.0.0.1:%d", port)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := anonymous.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-apiserver was not ready within 90s (last: %v)", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for path, want := range map[string]int{"/livez": 200, "/healthz": 200, "/api/v1/namespaces": 401} {
+		resp, err := anonymous.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("anonymous GET %s: status %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+
+	// What the admin sees with the kubeconfig the operator hands out.
+	kubeconfig := must(pki.AdminKubeconfig("boot", base, pki.TrustBundle(now, ca.Cert()), admin.CertPEM(), must(admin.KeyPEM())))
+	restConfig := must(clientcmd.RESTConfigFromKubeConfig(kubeconfig))
+	cs := must(kubernetes.NewForConfig(restConfig))
+	info := must(cs.Discovery().ServerVersion())
+	if info.GitVersion != v1alpha1.BundledVersion {
+		t.Errorf("/version reports %s, want %s", info.GitVersion, v1alpha1.BundledVersion)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var svc *corev1.Service
+	for range 60 {
+		if svc, _ = cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{}); svc != nil && svc.Spec.ClusterIP != "" {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if svc == nil || svc.Spec.ClusterIP != c.KubernetesServiceIPs[0].String() {
+		t.Fatalf("the kubernetes Service has ClusterIP %v, want %s (the first address of the range)", svc, c.KubernetesServiceIPs[0])
+	}
+
+	// Events go to the events etcd, everything else to the main one.
+	ns := must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "boot-test"}}, metav1.CreateOptions{}))
+	_ = must(cs.CoreV1().Events(ns.Name).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "boot-event"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns.Name, Name: "boot-pod", APIVersion: "v1"},
+		Reason:         "Booted", Message: "rendered by the operator", Type: corev1.EventTypeNormal,
+	}, metav1.CreateOptions{}))
+	tlsConfig := &tls.Config{RootCAs: x509.NewCertPool(), Certificates: []tls.Certificate{{
+		Certificate: [][]byte{etcdClient.Cert().Raw}, PrivateKey: etcdClient.Key(),
+	}}}
+	tlsConfig.RootCAs.AddCert(etcdCA.Cert())
+	count := func(endpoint, key string) int64 {
+		t.Helper()
+		cli := must(clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: tlsConfig, DialTimeout: 10 * time.Second}))
+		defer cli.Close()
+		resp := must(cli.Get(ctx, key, clientv3.WithPrefix(), clientv3.WithCountOnly()))
+		return resp.Count
+	}
+	eventKey := "/tenants/boot/events/boot-test/boot-event"
+	nsKey := "/tenants/boot/namespaces/boot-test"
+	if n := count(eventsEtcd, eventKey); n != 1 {
+		t.Errorf("the events etcd holds %d keys %s, want 1", n, eventKey)
+	}
+	if n := count(mainEtcd, eventKey); n != 0 {
+		t.Errorf("the main etcd holds %d keys %s, want 0: the override was ignored", n, eventKey)
+	}
+	if n := count(mainEtcd, nsKey); n != 1 {
+		t.Errorf("the main etcd holds %d keys %s, want 1", n, nsKey)
+	}
+	if n := count(eventsEtcd, nsKey); n != 0 {
+		t.Errorf("the events etcd holds %d keys %s, want 0", n, nsKey)
+	}
+
+	// The audit log is written where the flags say, at the Metadata level.
+	audit := must(os.ReadFile(root(apiserver.AuditLogFile)))
+	if !strings.Contains(string(audit), `"level":"Metadata"`) || !strings.Contains(string(audit), "boot-event") {
+		t.Errorf("the audit log does not record the event creation at the Metadata level:\n%.400s", audit)
+	}
+}
