@@ -50,7 +50,7 @@ help: ## Show this help.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests into config/.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) catalogs ## Generate the deepcopy code of the API types and the catalogs of the bundled kube-apiserver.
@@ -101,8 +101,8 @@ build: manifests generate fmt vet ## Build the operator binary.
 	go build -o $(LOCALBIN)/manager main.go
 
 .PHONY: run
-run: manifests generate fmt vet ## Run the operator against the cluster of the current kubeconfig.
-	go run ./main.go
+run: manifests generate fmt vet ## Run the operator against the cluster of the current kubeconfig (webhooks off: they need a certificate the cluster trusts).
+	go run ./main.go --webhooks=false
 
 .PHONY: bundled
 bundled: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) ## Build the bundled kube-apiserver, etcd and kubectl into bin/.

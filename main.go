@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/controllers"
 )
 
 func main() {
@@ -42,6 +43,7 @@ type options struct {
 	leaderElectionNS     string
 	enableHTTP2          bool
 	webhookCertDir       string
+	webhooks             bool
 	metricsCertDir       string
 	zap                  zap.Options
 	leaderElectionID     string
@@ -69,6 +71,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Serve metrics and webhooks over HTTP/2 as well; off because of the HTTP/2 Stream Cancellation and Rapid Reset CVEs.")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "",
 		"Directory with tls.crt and tls.key for the admission webhook server.")
+	fs.BoolVar(&o.webhooks, "webhooks", true,
+		"Serve the validating admission webhook; turn off only where no ValidatingWebhookConfiguration points at this manager.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -131,10 +135,19 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("creating the controller manager: %w", err)
 	}
 
+	readyz := healthz.Ping
+	if o.webhooks {
+		if err := controllers.SetupWebhookWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the validating webhook: %w", err)
+		}
+		// Ready only once the webhook serves, or admission would fail.
+		readyz = mgr.GetWebhookServer().StartedChecker()
+	}
+
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 

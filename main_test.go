@@ -87,6 +87,7 @@ func TestManager_ServesProbesSecureMetricsAndElectsALeader(t *testing.T) {
 			"--leader-elect",
 			"--leader-election-namespace=default",
 			"--leader-election-id=" + leaseName,
+			"--webhooks=false",
 		})
 	}()
 

@@ -840,6 +840,7 @@ type CacheSizingStatus struct {
 // caches.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label of at most 52 characters starting with a letter: it names the Service (<name>-apiserver) and labels the pods"
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.masterCount,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=asc,categories=controlplane

@@ -58,6 +58,9 @@ type rejectCase struct {
 
 func TestApiServerConfig_RejectsInvalidSpecsAtAdmission(t *testing.T) {
 	cases := []rejectCase{
+		// metadata
+		{"name too long for the Service", `{"metadata":{"name":"a-very-long-tenant-name-that-cannot-name-a-service-xyz"}}`, "<nil>", "metadata.name must be a DNS label of at most 52 characters"},
+		{"name starting with a digit", `{"metadata":{"name":"1tenant"}}`, "<nil>", "metadata.name must be a DNS label of at most 52 characters starting with a letter"},
 		// etcd
 		{"etcd missing", `{"spec":{"etcd":null}}`, "spec.etcd", "Required value"},
 		{"no etcd server", `{"spec":{"etcd":{"servers":[]}}}`, "spec.etcd.servers", "at least 1 items"},

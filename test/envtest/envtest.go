@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -48,9 +47,24 @@ func binDir() string {
 	return filepath.Join(RepoRoot(), "bin")
 }
 
+// Option changes how Start sets up the environment.
+type Option func(*crenvtest.Environment)
+
+// WithWebhooks installs the webhook configurations of config/webhook,
+// pointed at a local webhook server whose address and certificates are in
+// WebhookInstallOptions (LocalServingHost, LocalServingPort,
+// LocalServingCertDir): the test must serve them.
+func WithWebhooks() Option {
+	return func(e *crenvtest.Environment) {
+		e.WebhookInstallOptions = crenvtest.WebhookInstallOptions{
+			Paths: []string{filepath.Join(RepoRoot(), "config", "webhook", "manifests.yaml")},
+		}
+	}
+}
+
 // Start starts kube-apiserver and etcd from bin/ and installs the CRDs of
 // config/crd/bases. The caller must Stop the returned environment.
-func Start() (*Environment, error) {
+func Start(opts ...Option) (*Environment, error) {
 	dir := binDir()
 	var missing []error
 	for _, name := range []string{"kube-apiserver", "etcd", "kubectl"} {
@@ -75,6 +89,9 @@ func Start() (*Environment, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
+	}
+	for _, opt := range opts {
+		opt(env)
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -104,9 +121,4 @@ func Start() (*Environment, error) {
 func (e *Environment) Stop() error {
 	_ = os.Remove(e.KubeconfigPath)
 	return e.Environment.Stop()
-}
-
-// Codecs decodes YAML manifests into typed objects of Scheme.
-func (e *Environment) Codecs() serializer.CodecFactory {
-	return serializer.NewCodecFactory(e.Scheme)
 }

@@ -1,0 +1,83 @@
+package controllers
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/apiserver-operator/apiserver-operator/test/envtest"
+)
+
+// env is the bundled kube-apiserver and etcd with the CRD and the webhook
+// configuration installed, and a manager serving the webhook.
+var env *envtest.Environment
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "Setting up the controllers' test environment: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	var err error
+	env, err = envtest.Start(envtest.WithWebhooks())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = env.Stop() }()
+
+	wh := env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
+		}),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := SetupWebhookWithManager(mgr); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+
+	// Wait, bounded, for the webhook server to accept TLS connections.
+	addr := net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort))
+	var dialErr error
+	for range 100 {
+		var conn *tls.Conn
+		conn, dialErr = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // readiness probe of the test server
+		if dialErr == nil {
+			conn.Close()
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if dialErr != nil {
+		return 0, fmt.Errorf("the webhook server did not start on %s: %w", addr, dialErr)
+	}
+
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return code, fmt.Errorf("running the manager: %w", err)
+	}
+	return code, nil
+}

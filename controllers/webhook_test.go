@@ -1,0 +1,121 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+// warningRecorder keeps the warnings the API server sends back.
+type warningRecorder struct {
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.warnings = append(w.warnings, text)
+}
+
+func newConfig(ns, name string, mutate func(*v1alpha1.ApiServerConfigSpec)) *v1alpha1.ApiServerConfig {
+	cfg := &v1alpha1.ApiServerConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.ApiServerConfigSpec{
+			Etcd: v1alpha1.EtcdSpec{Servers: []string{"https://etcd:2379"}},
+		},
+	}
+	mutate(&cfg.Spec)
+	return cfg
+}
+
+func TestApiServerConfigValidator_RefusesWhatKubeAPIServerWouldReject(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, field, message string
+		mutate               func(*v1alpha1.ApiServerConfigSpec)
+	}{
+		{"misspelled flag", "spec.extraArgs[0].name", "did you mean --enable-admission-plugins?", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.ExtraArgs = []v1alpha1.ExtraArg{{Name: "enable-admision-plugins", Value: "PodNodeSelector"}}
+		}},
+		{"managed flag", "spec.extraArgs[0].name", "managed by the operator from spec.etcd.servers", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.ExtraArgs = []v1alpha1.ExtraArg{{Name: "etcd-servers", Value: "https://other:2379"}}
+		}},
+		{"override of a resource that does not exist", "spec.etcd.overrides[0].resource", `did you mean "events"?`, func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Etcd.Overrides = []v1alpha1.EtcdOverride{{Resource: "event", Servers: []string{"https://e:2379"}}}
+		}},
+		{"locked feature gate", "spec.featureGates[MultiCIDRServiceAllocator]", "locked to true", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.FeatureGates = map[string]bool{"MultiCIDRServiceAllocator": false}
+		}},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := env.Client.Create(ctx, newConfig(ns.Name, "refused-"+string(rune('a'+i)), tc.mutate))
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want the webhook to refuse the spec as Invalid, got %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), tc.message) {
+				t.Fatalf("the refusal does not name %s and say %q: %v", tc.field, tc.message, err)
+			}
+			t.Logf("Refused as expected: %v", err)
+		})
+	}
+
+	// An update that breaks a valid object is refused too, and the stored
+	// object is left as it was.
+	valid := newConfig(ns.Name, "valid", func(*v1alpha1.ApiServerConfigSpec) {})
+	if err := env.Client.Create(ctx, valid); err != nil {
+		t.Fatalf("a valid spec was refused: %v", err)
+	}
+	broken := valid.DeepCopy()
+	broken.Spec.ExtraArgs = []v1alpha1.ExtraArg{{Name: "goaway-chance", Value: "often"}}
+	if err := env.Client.Update(ctx, broken); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "--goaway-chance takes a float64") {
+		t.Fatalf("want the update refused for its flag value, got %v", err)
+	}
+	stored := &v1alpha1.ApiServerConfig{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(valid), stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.ResourceVersion != valid.ResourceVersion || len(stored.Spec.ExtraArgs) != 0 {
+		t.Fatalf("the refused update changed the stored object")
+	}
+}
+
+func TestApiServerConfigValidator_WarnsAboutDeprecatedFlags(t *testing.T) {
+	ctx := context.Background()
+	recorder := &warningRecorder{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = recorder
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-"}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	obj := newConfig(ns.Name, "deprecated", func(s *v1alpha1.ApiServerConfigSpec) {
+		s.ExtraArgs = []v1alpha1.ExtraArg{{Name: "kubelet-read-only-port", Value: "0"}}
+	})
+	if err := c.Create(ctx, obj); err != nil {
+		t.Fatalf("a deprecated flag must be accepted, got %v", err)
+	}
+	recorder.mu.Lock()
+	defer recorder.mu.Unlock()
+	if !strings.Contains(strings.Join(recorder.warnings, "\n"), "--kubelet-read-only-port is deprecated") {
+		t.Fatalf("want a warning about the deprecated flag, got %q", recorder.warnings)
+	}
+}
