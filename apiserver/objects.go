@@ -178,15 +178,52 @@ func DesiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
 	return cm, nil
 }
 
+// HotReloadedFiles are the files kube-apiserver re-reads from disk about
+// every minute without a restart: the serving certificate and key, the client
+// CA and the request-header (front-proxy) CA.
+var HotReloadedFiles = map[string]bool{
+	ServingCertFile:  true,
+	ServingKeyFile:   true,
+	CAFile:           true,
+	FrontProxyCAFile: true,
+}
+
+// DesiredEncryptionSecret holds the EncryptionConfiguration built from
+// keys (newest first), when spec.encryption.provider asks the operator to
+// manage encryption; nil otherwise (no encryption, or the user's own
+// configuration Secret).
+func DesiredEncryptionSecret(c *Completed, keys []EncryptionKey) (*corev1.Secret, error) {
+	e := c.Spec.Encryption
+	if e == nil || e.Provider == "" {
+		return nil, nil
+	}
+	data, err := EncryptionConfig(e, keys)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: objectMeta(c, EncryptionSecretName(c.Name)),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{EncryptionConfigKey: data},
+	}, nil
+}
+
 // ConfigHash summarizes what kube-apiserver reads only when it starts: its
-// command line and the content of files it does not reload (service-account
-// keys, etcd and kubelet client credentials, encryption and authentication
-// configuration). A change of it rolls the pods; a renewed serving
-// certificate or CA bundle, which kube-apiserver reloads, does not enter it.
-func ConfigHash(args []string, restartFiles map[string][]byte) string {
+// command line and the content of the mounted files, keyed by their path in
+// the container, except HotReloadedFiles. A change of it rolls the pods; a
+// renewed serving certificate or a CA bundle that gains a CA restarts
+// nothing.
+func ConfigHash(args []string, files map[string][]byte) string {
 	h := sha256.New()
 	for _, a := range args {
 		fmt.Fprintf(h, "arg %d %s\n", len(a), a)
+	}
+	restartFiles := map[string][]byte{}
+	for path, data := range files {
+		if !HotReloadedFiles[path] {
+			restartFiles[path] = data
+		}
 	}
 	names := make([]string, 0, len(restartFiles))
 	for name := range restartFiles {
@@ -262,6 +299,18 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 	}
 
 	podLabels := SelectorLabels(c.Name)
+	spread := c.Spec.TopologySpreadConstraints
+	if len(spread) == 0 {
+		// One apiserver per node where the nodes allow it, so a node
+		// failure takes down one replica at most; ScheduleAnyway keeps a
+		// one-node cluster schedulable.
+		spread = []corev1.TopologySpreadConstraint{{
+			MaxSkew:           1,
+			TopologyKey:       corev1.LabelHostname,
+			WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector:     &metav1.LabelSelector{MatchLabels: SelectorLabels(c.Name)},
+		}}
+	}
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: objectMeta(c, DeploymentName(c.Name)),
@@ -301,7 +350,7 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 					NodeSelector:                  c.Spec.NodeSelector,
 					Tolerations:                   c.Spec.Tolerations,
 					Affinity:                      c.Spec.Affinity,
-					TopologySpreadConstraints:     c.Spec.TopologySpreadConstraints,
+					TopologySpreadConstraints:     spread,
 					PriorityClassName:             c.Spec.PriorityClassName,
 				},
 			},
@@ -313,7 +362,9 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 // podVolumes mounts the PKI, the etcd credentials, the rendered
 // configuration and the optional files, at the paths of paths.go.
 func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
-	const keyMode, certMode = int32(0o440), int32(0o444)
+	// Files from Secrets are 0400; kubelet adds read access for the pod's
+	// fsGroup, the group kube-apiserver runs as, and nobody else.
+	const keyMode, certMode = int32(0o400), int32(0o400)
 	item := func(key, path string, mode int32) corev1.KeyToPath {
 		return corev1.KeyToPath{Key: key, Path: path, Mode: ptr.To(mode)}
 	}

@@ -1,13 +1,18 @@
 package apiserver
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	psapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
 
 func toYAML(t *testing.T, objs ...any) []byte {
@@ -25,7 +30,12 @@ func toYAML(t *testing.T, objs ...any) []byte {
 
 func desiredObjects(t *testing.T, name string) (*Completed, *appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
 	t.Helper()
-	c := complete(t, sample(t, name), Inputs{})
+	return desiredObjectsOf(t, sample(t, name))
+}
+
+func desiredObjectsOf(t *testing.T, cfg *v1alpha1.ApiServerConfig) (*Completed, *appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
+	t.Helper()
+	c := complete(t, cfg, Inputs{})
 	a, err := Args(c)
 	if err != nil {
 		t.Fatal(err)
@@ -41,10 +51,30 @@ func desiredObjects(t *testing.T, name string) (*Completed, *appsv1.Deployment, 
 	return c, d, DesiredService(c), cm
 }
 
+// goldenSpecs are the representative specs of the golden files: the
+// samples, and variants of them.
+var goldenSpecs = map[string]func(t *testing.T) *v1alpha1.ApiServerConfig{
+	"minimal":    func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "minimal") },
+	"ha":         func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "ha") },
+	"dualstack":  func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "dualstack") },
+	"autosizing": func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "autosizing") },
+	"ha-dualstack-master-count": func(t *testing.T) *v1alpha1.ApiServerConfig {
+		cfg := sample(t, "ha")
+		cfg.Spec.ServiceClusterIPRange = append(cfg.Spec.ServiceClusterIPRange, "fd00:10:100::/108")
+		cfg.Spec.EndpointReconcilerType = v1alpha1.EndpointReconcilerMasterCount
+		return cfg
+	},
+	"hibernated": func(t *testing.T) *v1alpha1.ApiServerConfig {
+		cfg := sample(t, "minimal")
+		cfg.Spec.MasterCount = ptr.To[int32](0)
+		return cfg
+	},
+}
+
 func TestDesiredObjects_Golden(t *testing.T) {
-	for _, name := range []string{"minimal", "ha", "dualstack", "autosizing"} {
+	for name, spec := range goldenSpecs {
 		t.Run(name, func(t *testing.T) {
-			c, d, svc, cm := desiredObjects(t, name)
+			c, d, svc, cm := desiredObjectsOf(t, spec(t))
 			objs := []any{d, svc, cm}
 			if pdb := DesiredPodDisruptionBudget(c); pdb != nil {
 				objs = append(objs, pdb)
@@ -54,24 +84,79 @@ func TestDesiredObjects_Golden(t *testing.T) {
 	}
 }
 
-func TestDesiredDeployment_RollsOnlyWhenRestartInputsChange(t *testing.T) {
+func TestConfigHash_RollsOnlyForWhatKubeAPIServerReadsAtStart(t *testing.T) {
 	c := complete(t, sample(t, "minimal"), Inputs{})
 	a, err := Args(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := ConfigHash(a, map[string][]byte{"sa.pub": []byte("key-1")})
-	if ConfigHash(a, map[string][]byte{"sa.pub": []byte("key-1")}) != base {
+	files := func(changes map[string]string) map[string][]byte {
+		f := map[string][]byte{
+			ServingCertFile: []byte("serving-1"), ServingKeyFile: []byte("serving-key-1"),
+			CAFile: []byte("ca-1"), FrontProxyCAFile: []byte("fp-ca-1"),
+			ServiceAccountKeyFile: []byte("sa-pub-1"), ServiceAccountSigningKeyFile: []byte("sa-key-1"),
+			KubeletClientCertFile: []byte("kubelet-1"), EtcdCertFile: []byte("etcd-1"),
+			FrontProxyClientCertFile: []byte("fp-client-1"), AuthenticationConfigFile: []byte("authn-1"),
+		}
+		for path, v := range changes {
+			f[path] = []byte(v)
+		}
+		return f
+	}
+	base := ConfigHash(a, files(nil))
+	if ConfigHash(a, files(nil)) != base {
 		t.Fatal("the same inputs gave two hashes")
 	}
-	if ConfigHash(a, map[string][]byte{"sa.pub": []byte("key-2")}) == base {
-		t.Fatal("a new service-account key must change the hash (kube-apiserver reads it only at start)")
+	for path, rolls := range map[string]bool{
+		ServingCertFile: false, ServingKeyFile: false, CAFile: false, FrontProxyCAFile: false,
+		ServiceAccountKeyFile: true, ServiceAccountSigningKeyFile: true, KubeletClientCertFile: true,
+		EtcdCertFile: true, FrontProxyClientCertFile: true, AuthenticationConfigFile: true,
+	} {
+		if changed := ConfigHash(a, files(map[string]string{path: "renewed"})) != base; changed != rolls {
+			t.Errorf("a new %s: pods roll %v, want %v", path, changed, rolls)
+		}
 	}
-	if ConfigHash(append(a, "--goaway-chance=0.01"), map[string][]byte{"sa.pub": []byte("key-1")}) == base {
-		t.Fatal("a new flag must change the hash")
+	if ConfigHash(append(a, "--goaway-chance=0.01"), files(nil)) == base {
+		t.Error("a new flag must roll the pods")
 	}
-	if ConfigHash(a, map[string][]byte{"sa.pub": []byte("key-"), "x": []byte("1")}) == ConfigHash(a, map[string][]byte{"sa.pub": []byte("key-1")}) {
-		t.Fatal("file boundaries must count in the hash")
+	if ConfigHash(a, files(map[string]string{EtcdCertFile: "etcd-", EtcdKeyFile: "1"})) == ConfigHash(a, files(map[string]string{EtcdKeyFile: ""})) {
+		t.Error("file boundaries must count in the hash")
+	}
+}
+
+func TestDesiredEncryptionSecret(t *testing.T) {
+	cfg := sample(t, "minimal")
+	if s, err := DesiredEncryptionSecret(complete(t, cfg, Inputs{}), nil); s != nil || err != nil {
+		t.Fatalf("without spec.encryption there is no Secret, got %v, %v", s, err)
+	}
+	cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
+	c := complete(t, cfg, Inputs{})
+	key := EncryptionKey{Name: "key-2", Secret: []byte("0123456789abcdef0123456789abcdef")}
+	s, err := DesiredEncryptionSecret(c, []EncryptionKey{key, {Name: "key-1", Secret: make([]byte, 32)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "objects/encryption-secret.yaml", toYAML(t, s))
+	if _, err := DesiredEncryptionSecret(c, []EncryptionKey{{Name: "short", Secret: []byte("SHORTKEY")}}); err == nil || strings.Contains(err.Error(), "SHORTKEY") {
+		t.Fatalf("a short key must be refused without echoing it, got %v", err)
+	}
+	if got := fmt.Sprintf("%v %+v %#v", key, key, []EncryptionKey{key}); strings.Contains(got, "0123456789") {
+		t.Fatalf("formatting an EncryptionKey printed its secret: %s", got)
+	}
+}
+
+func TestDesiredDeployment_PassesTheRestrictedPodSecurityStandard(t *testing.T) {
+	evaluator, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"minimal", "ha", "autosizing"} {
+		_, d, _, _ := desiredObjects(t, name)
+		results := evaluator.EvaluatePod(psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()},
+			&d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec)
+		if agg := policy.AggregateCheckResults(results); !agg.Allowed {
+			t.Errorf("the %s pods violate the restricted Pod Security Standard: %s", name, agg.ForbiddenDetail())
+		}
 	}
 }
 
