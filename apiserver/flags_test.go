@@ -100,7 +100,10 @@ func TestArgs_PassTheAutomatedCISChecks(t *testing.T) {
 		{"1.2.2", "--token-auth-file is not set", func() bool { _, ok := value("token-auth-file"); return !ok }},
 		{"1.2.4", "--kubelet-client-certificate and --kubelet-client-key are set", func() bool { return set("kubelet-client-certificate")() && set("kubelet-client-key")() }},
 		{"1.2.5", "--kubelet-certificate-authority is set", set("kubelet-certificate-authority")},
-		{"1.2.6", "--authorization-mode does not include AlwaysAllow", func() bool { _, ok := value("authorization-mode"); return ok && !listHas("authorization-mode", "AlwaysAllow") }},
+		{"1.2.6", "--authorization-mode does not include AlwaysAllow", func() bool {
+			_, ok := value("authorization-mode")
+			return ok && !listHas("authorization-mode", "AlwaysAllow")
+		}},
 		{"1.2.7", "--authorization-mode includes Node", func() bool { return listHas("authorization-mode", "Node") }},
 		{"1.2.8", "--authorization-mode includes RBAC", func() bool { return listHas("authorization-mode", "RBAC") }},
 		{"1.2.10", "AlwaysAdmit is not enabled", func() bool { return !listHas("enable-admission-plugins", "AlwaysAdmit") }},

@@ -17,12 +17,12 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -36,10 +36,8 @@ import (
 )
 
 const (
-	smokeNamespace = "e2e-smoke"
-	smokeName      = "kube-apiserver"
-	smokeNodePort  = 31443
-	securePort     = 6443
+	smokeName  = "kube-apiserver"
+	securePort = 6443
 )
 
 // TestBundledAPIServer_ServesVersionThroughNodePort runs the bundled
@@ -51,20 +49,27 @@ func TestBundledAPIServer_ServesVersionThroughNodePort(t *testing.T) {
 	defer cancel()
 	cs := clientset(t)
 
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: smokeNamespace}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("Creating namespace %s: %v", smokeNamespace, err)
+	// A namespace of its own, so that a rerun on a kept cluster starts
+	// afresh; its name is also the etcd prefix.
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-smoke-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Creating the test namespace: %v", err)
 	}
+	smokeNamespace := ns.Name
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), smokeNamespace, metav1.DeleteOptions{})
+	})
 	etcd := cluster.TenantEtcd()
 	copySecret(ctx, t, cs, etcd.SecretNamespace, etcd.SecretName, smokeNamespace)
 
-	caPEM, servingSecret := servingCredentials(t, cluster.NodeIP())
-	apply(ctx, t, cs, servingSecret)
-	apply(ctx, t, cs, smokeService())
+	caPEM, servingSecret := servingCredentials(t, smokeNamespace, cluster.NodeIP())
+	create(ctx, t, cs, servingSecret)
+	svc := create(ctx, t, cs, smokeService(smokeNamespace)).(*corev1.Service)
+	nodePort := svc.Spec.Ports[0].NodePort
 	start := time.Now()
-	apply(ctx, t, cs, smokeDeployment(etcd))
+	create(ctx, t, cs, smokeDeployment(smokeNamespace, etcd))
 
-	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		d, err := cs.AppsV1().Deployments(smokeNamespace).Get(ctx, smokeName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -72,17 +77,33 @@ func TestBundledAPIServer_ServesVersionThroughNodePort(t *testing.T) {
 		return d.Status.ObservedGeneration >= d.Generation && d.Status.ReadyReplicas == 1, nil
 	})
 	if err != nil {
-		describe(t)
+		describe(t, smokeNamespace)
 		t.Fatalf("Waiting for Deployment %s/%s to become Ready through its probes: %v", smokeNamespace, smokeName, err)
 	}
 	t.Logf("Deployment %s/%s Ready after %s", smokeNamespace, smokeName, time.Since(start).Round(100*time.Millisecond))
 
-	url := "https://" + net.JoinHostPort(cluster.NodeIP(), strconv.Itoa(smokeNodePort)) + "/version"
-	version := getVersion(ctx, t, url, caPEM)
-	if version != v1alpha1.BundledVersion {
-		t.Fatalf("GET %s: gitVersion %q, want %q", url, version, v1alpha1.BundledVersion)
+	base := "https://" + net.JoinHostPort(cluster.NodeIP(), strconv.Itoa(int(nodePort)))
+	body := get(ctx, t, base+"/version", caPEM)
+	var info struct {
+		GitVersion string `json:"gitVersion"`
 	}
-	t.Logf("GET %s through the NodePort: gitVersion %s", url, version)
+	if err := json.Unmarshal(body, &info); err != nil {
+		t.Fatalf("Decoding /version %q: %v", body, err)
+	}
+	if info.GitVersion != v1alpha1.BundledVersion {
+		t.Fatalf("GET %s/version: gitVersion %q, want %q", base, info.GitVersion, v1alpha1.BundledVersion)
+	}
+	t.Logf("GET %s/version through the NodePort: gitVersion %s", base, info.GitVersion)
+
+	// Both tenant etcd servers answer the pod over TLS: the main one and
+	// the events override each have a readiness check.
+	readyz := string(get(ctx, t, base+"/readyz?verbose", caPEM))
+	for _, check := range []string{"[+]etcd ok", "[+]etcd-override-0 ok"} {
+		if !strings.Contains(readyz, check) {
+			t.Errorf("GET %s/readyz?verbose lacks %q:\n%s", base, check, readyz)
+		}
+	}
+	t.Logf("GET %s/readyz?verbose: etcd and etcd-override-0 (events) ok", base)
 }
 
 func clientset(t *testing.T) *kubernetes.Clientset {
@@ -104,41 +125,38 @@ func copySecret(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, fro
 	if err != nil {
 		t.Fatalf("Reading the tenant etcd client Secret %s/%s: %v", fromNS, name, err)
 	}
-	apply(ctx, t, cs, &corev1.Secret{
+	create(ctx, t, cs, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: toNS, Name: name},
 		Type:       s.Type,
 		Data:       s.Data,
 	})
 }
 
-// apply creates obj, or replaces it when a previous run left it behind.
-func apply(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, obj any) {
+// create creates obj and returns what the apiserver stored.
+func create(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, obj any) any {
 	t.Helper()
+	var out any
 	var err error
 	switch o := obj.(type) {
 	case *corev1.Secret:
-		_ = cs.CoreV1().Secrets(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
-		_, err = cs.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		out, err = cs.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 	case *corev1.Service:
-		_ = cs.CoreV1().Services(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
-		_, err = cs.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		out, err = cs.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 	case *appsv1.Deployment:
-		_, err = cs.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			_, err = cs.AppsV1().Deployments(o.Namespace).Update(ctx, o, metav1.UpdateOptions{})
-		}
+		out, err = cs.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 	default:
-		t.Fatalf("apply: unsupported type %T", obj)
+		t.Fatalf("create: unsupported type %T", obj)
 	}
 	if err != nil {
 		t.Fatalf("Creating %T: %v", obj, err)
 	}
+	return out
 }
 
 // servingCredentials returns a CA and a Secret with a serving certificate
 // it signed for the node's address (where the NodePort is), and the service
 // account signing key.
-func servingCredentials(t *testing.T, nodeIP string) ([]byte, *corev1.Secret) {
+func servingCredentials(t *testing.T, smokeNamespace, nodeIP string) ([]byte, *corev1.Secret) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -196,20 +214,21 @@ func servingCredentials(t *testing.T, nodeIP string) ([]byte, *corev1.Secret) {
 	}
 }
 
-func smokeService() *corev1.Service {
+// smokeService exposes the apiserver on a NodePort that the cluster picks.
+func smokeService(smokeNamespace string) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: smokeNamespace, Name: smokeName},
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeNodePort,
 			Selector: map[string]string{"app": smokeName},
 			Ports: []corev1.ServicePort{{
-				Name: "https", Port: 443, TargetPort: intstr.FromInt32(securePort), NodePort: smokeNodePort,
+				Name: "https", Port: 443, TargetPort: intstr.FromInt32(securePort),
 			}},
 		},
 	}
 }
 
-func smokeDeployment(etcd localcluster.TenantEtcd) *appsv1.Deployment {
+func smokeDeployment(smokeNamespace string, etcd localcluster.TenantEtcd) *appsv1.Deployment {
 	probe := func(path string, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
@@ -274,14 +293,14 @@ func smokeDeployment(etcd localcluster.TenantEtcd) *appsv1.Deployment {
 	}
 }
 
-// getVersion polls url until it answers, verifying the server with caPEM,
-// and returns the gitVersion it reports.
-func getVersion(ctx context.Context, t *testing.T, url string, caPEM []byte) string {
+// get polls url until it answers 200, verifying the server with caPEM,
+// and returns the body.
+func get(ctx context.Context, t *testing.T, url string, caPEM []byte) []byte {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	var version string
+	var body []byte
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -294,29 +313,23 @@ func getVersion(ctx context.Context, t *testing.T, url string, caPEM []byte) str
 			return false, nil
 		}
 		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(resp.Body)
 		if err != nil || resp.StatusCode != http.StatusOK {
-			last = fmt.Errorf("status %s, body %q, read error %v", resp.Status, body, err)
+			last = fmt.Errorf("status %s, body %q, read error %v", resp.Status, b, err)
 			return false, nil
 		}
-		var info struct {
-			GitVersion string `json:"gitVersion"`
-		}
-		if err := json.Unmarshal(body, &info); err != nil {
-			return false, fmt.Errorf("decoding %s: %w", body, err)
-		}
-		version = info.GitVersion
+		body = b
 		return true, nil
 	})
 	if err != nil {
 		t.Fatalf("GET %s through the NodePort: %v (last error: %v)", url, err, last)
 	}
-	return version
+	return body
 }
 
 // describe logs what the cluster knows about the smoke test's pods, to
 // explain a failure.
-func describe(t *testing.T) {
+func describe(t *testing.T, smokeNamespace string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

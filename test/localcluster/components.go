@@ -36,6 +36,8 @@ var stopOrder = []string{
 // Names of the certificates and keys in the pki directory.
 const (
 	clusterCA            = "ca"
+	frontProxyCA         = "front-proxy-ca"
+	frontProxyClient     = "front-proxy-client"
 	etcdCA               = "etcd-ca"
 	apiserverServing     = "kube-apiserver"
 	apiserverKubelet     = "kube-apiserver-kubelet-client"
@@ -107,6 +109,15 @@ func (l layout) apiserver() component {
 		"--service-account-signing-key-file=" + l.pki.KeyFile(serviceAccountKey),
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
+		// The aggregation layer, as kubeadm sets it up; controllers also
+		// read the request header CA to authenticate their clients.
+		"--requestheader-client-ca-file=" + l.pki.CertFile(frontProxyCA),
+		"--requestheader-allowed-names=" + frontProxyClient,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + l.pki.CertFile(frontProxyClient),
+		"--proxy-client-key-file=" + l.pki.KeyFile(frontProxyClient),
 		"--allow-privileged=true",
 		"--cert-dir=" + filepath.Join(l.runDir(), compAPIServer),
 		"--profiling=false",

@@ -181,6 +181,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("creating state directory %s: %w", d, err)
 		}
 	}
+	if err := os.Chmod(l.pki.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("restricting the PKI directory to root: %w", err)
+	}
 	if err := l.recordState(); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -152,12 +153,28 @@ func alive(pid int) bool {
 }
 
 func processArgv0(pid int) (string, error) {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
+	argv, err := processArgv(pid)
+	if err != nil || len(argv) == 0 {
 		return "", err
 	}
-	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-	return string(argv0), nil
+	return argv[0], nil
+}
+
+func processArgv(pid int) ([]string, error) {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00"), nil
+}
+
+// sameCommandLine reports whether pid runs c with c's current arguments.
+func sameCommandLine(pid int, c component) bool {
+	argv, err := processArgv(pid)
+	if err != nil {
+		return false
+	}
+	return slices.Equal(argv, append([]string{c.binary}, c.args...))
 }
 
 func readPID(path string) (int, error) {

@@ -65,6 +65,10 @@ func (l layout) ensurePKI() error {
 	steps := []func() error{
 		func() error { return l.pki.ensureCA(clusterCA, "localcluster-ca") },
 		func() error { return l.pki.ensureCA(etcdCA, "localcluster-etcd-ca") },
+		func() error { return l.pki.ensureCA(frontProxyCA, "localcluster-front-proxy-ca") },
+		func() error {
+			return l.pki.ensureSigned(frontProxyCA, certSpec{name: frontProxyClient, commonName: frontProxyClient, usages: client})
+		},
 		func() error { return l.pki.ensureKey(serviceAccountKey) },
 		func() error {
 			return l.pki.ensureSigned(clusterCA, certSpec{
@@ -204,8 +208,14 @@ func (l layout) startAll(ctx context.Context) error {
 	startAndWait := func(names []string, what string, timeout time.Duration, ready func(context.Context) error) error {
 		for _, n := range names {
 			if pid, ok := l.running(comps[n]); ok {
-				l.Logf("%s is already running (PID %d)", n, pid)
-				continue
+				if sameCommandLine(pid, comps[n]) {
+					l.Logf("%s is already running (PID %d)", n, pid)
+					continue
+				}
+				l.Logf("Restarting %s (PID %d): its command line changed", n, pid)
+				if err := l.stop(ctx, comps[n]); err != nil {
+					return err
+				}
 			}
 			pid, err := l.start(comps[n])
 			if err != nil {

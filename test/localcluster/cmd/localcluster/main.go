@@ -63,7 +63,7 @@ func up(ctx context.Context, args []string) error {
 		Logf: func(format string, args ...any) { fmt.Printf(format+"\n", args...) },
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w\nThe cluster may be partly up: read the logs in %s/logs, then run `make cluster-down`", err, *dir)
 	}
 	te := c.TenantEtcd()
 	fmt.Printf("\nexport KUBECONFIG=%s\n", c.KubeconfigPath())
