@@ -1,0 +1,94 @@
+package apiserver
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+)
+
+// PKISecrets is the certificate material of one ApiServerConfig, as the
+// controller holds it after deciding what to keep, renew or rotate.
+type PKISecrets struct {
+	// CA signs the serving and client certificates; CABundle is what
+	// clients trust (CA, plus the previous CA during a rotation).
+	CA       *pki.KeyPair
+	CABundle []byte
+	Serving  *pki.KeyPair
+	// KubeletClient authenticates kube-apiserver to kubelets.
+	KubeletClient *pki.KeyPair
+	// FrontProxyCA signs FrontProxyClient; FrontProxyCABundle is what
+	// aggregated API servers trust.
+	FrontProxyCA       *pki.KeyPair
+	FrontProxyCABundle []byte
+	FrontProxyClient   *pki.KeyPair
+	// ServiceAccountSigningKey signs tokens (PEM private key);
+	// ServiceAccountPublicKeys verifies them (PEM bundle, the previous key
+	// too during a rotation).
+	ServiceAccountSigningKey []byte
+	ServiceAccountPublicKeys []byte
+	// AdminKubeconfig is a kubeconfig with cluster-admin rights.
+	AdminKubeconfig []byte
+}
+
+// DesiredPKISecrets are the Secrets the Deployment mounts (see podVolumes)
+// and the admin kubeconfig Secret. Every one holds key material: the
+// controller applies them and never logs their data.
+func DesiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
+	tlsSecret := func(name string, kp *pki.KeyPair, extra map[string][]byte) (*corev1.Secret, error) {
+		if kp == nil {
+			return nil, fmt.Errorf("building Secret %s/%s: no certificate given", c.Namespace, name)
+		}
+		key, err := kp.KeyPEM()
+		if err != nil {
+			return nil, fmt.Errorf("building Secret %s/%s: %w", c.Namespace, name, err)
+		}
+		data := map[string][]byte{corev1.TLSCertKey: kp.CertPEM(), corev1.TLSPrivateKeyKey: key}
+		for k, v := range extra {
+			data[k] = v
+		}
+		return secret(c, name, corev1.SecretTypeTLS, data), nil
+	}
+	type build struct {
+		name  string
+		kp    *pki.KeyPair
+		extra map[string][]byte
+	}
+	var out []*corev1.Secret
+	for _, b := range []build{
+		{CASecretName(c.Name), p.CA, map[string][]byte{CABundleKey: p.CABundle}},
+		{ServingSecretName(c.Name), p.Serving, nil},
+		{KubeletClientSecretName(c.Name), p.KubeletClient, nil},
+		{FrontProxyCASecretName(c.Name), p.FrontProxyCA, map[string][]byte{CABundleKey: p.FrontProxyCABundle}},
+		{FrontProxyClientSecretName(c.Name), p.FrontProxyClient, nil},
+	} {
+		s, err := tlsSecret(b.name, b.kp, b.extra)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if len(p.ServiceAccountSigningKey) == 0 || len(p.ServiceAccountPublicKeys) == 0 {
+		return nil, fmt.Errorf("building Secret %s/%s: no service-account key given", c.Namespace, ServiceAccountSecretName(c.Name))
+	}
+	out = append(out, secret(c, ServiceAccountSecretName(c.Name), corev1.SecretTypeOpaque, map[string][]byte{
+		ServiceAccountPrivateKeyKey: p.ServiceAccountSigningKey,
+		ServiceAccountPublicKeysKey: p.ServiceAccountPublicKeys,
+	}))
+	if len(p.AdminKubeconfig) == 0 {
+		return nil, fmt.Errorf("building Secret %s/%s: no admin kubeconfig given", c.Namespace, AdminKubeconfigSecretName(c.Name))
+	}
+	out = append(out, secret(c, AdminKubeconfigSecretName(c.Name), corev1.SecretTypeOpaque, map[string][]byte{KubeconfigKey: p.AdminKubeconfig}))
+	return out, nil
+}
+
+func secret(c *Completed, name string, typ corev1.SecretType, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: objectMeta(c, name),
+		Type:       typ,
+		Data:       data,
+	}
+}
