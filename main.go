@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
 )
 
@@ -44,6 +45,7 @@ type options struct {
 	enableHTTP2          bool
 	webhookCertDir       string
 	webhooks             bool
+	imageRepository      string
 	metricsCertDir       string
 	zap                  zap.Options
 	leaderElectionID     string
@@ -71,6 +73,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Serve metrics and webhooks over HTTP/2 as well; off because of the HTTP/2 Stream Cancellation and Rapid Reset CVEs.")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "",
 		"Directory with tls.crt and tls.key for the admission webhook server.")
+	fs.StringVar(&o.imageRepository, "apiserver-image-repository", apiserver.DefaultImageRepository,
+		"Repository of the bundled kube-apiserver image; its tag is the ApiServerConfig's version.")
 	fs.BoolVar(&o.webhooks, "webhooks", true,
 		"Serve the validating admission webhook; turn off only where no ValidatingWebhookConfiguration points at this manager.")
 	o.zap.BindFlags(fs)
@@ -121,6 +125,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		// The manager exits as soon as it loses the lease, so a new leader
 		// can start without waiting for this one's caches to drain.
 		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{ByObject: controllers.CacheByObject()},
 	}
 	if o.watchNamespaceFilter != "" {
 		mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{o.watchNamespaceFilter: {}}
@@ -133,6 +138,18 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	mgr, err := ctrl.NewManager(restConfig, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("creating the controller manager: %w", err)
+	}
+
+	reconciler := &controllers.ApiServerConfigReconciler{
+		Client:          mgr.GetClient(),
+		APIReader:       mgr.GetAPIReader(),
+		Scheme:          mgr.GetScheme(),
+		Recorder:        mgr.GetEventRecorder("apiserver-operator"),
+		Etcd:            controllers.EtcdV3{},
+		ImageRepository: o.imageRepository,
+	}
+	if err := reconciler.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the ApiServerConfig controller: %w", err)
 	}
 
 	readyz := healthz.Ping

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"sort"
+	"time"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
@@ -159,4 +160,36 @@ func watchCacheName(group, resource string) string {
 		return resource
 	}
 	return resource + "." + group
+}
+
+// ResizePolicy bounds how Auto sizing follows the cluster, so that its
+// observations never cause flapping rollouts.
+type ResizePolicy struct {
+	// Threshold is the relative change of the observed size (in nodes)
+	// below which nothing changes: 0.2 is 20%.
+	Threshold float64
+	// MinInterval is the least time between two resizes.
+	MinInterval time.Duration
+}
+
+// DefaultResizePolicy resizes on a 20% change, at most every 10 minutes.
+var DefaultResizePolicy = ResizePolicy{Threshold: 0.2, MinInterval: 10 * time.Minute}
+
+// DecideResize reports whether Auto sizing should move from the counts it
+// was sized for (nil: never sized) to the observed ones at now, given
+// when it last resized.
+func DecideResize(sizedNodes, sizedPods *int64, lastResize *time.Time, observedNodes, observedPods int64, now time.Time, p ResizePolicy) bool {
+	if sizedNodes == nil && sizedPods == nil {
+		return true
+	}
+	if lastResize != nil && now.Sub(*lastResize) < p.MinInterval {
+		return false
+	}
+	before := demandNodes(sizedNodes, sizedPods)
+	after := demandNodes(&observedNodes, &observedPods)
+	if before == 0 {
+		return after > 0
+	}
+	change := float64(after-before) / float64(before)
+	return change > p.Threshold || change < -p.Threshold
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -12,15 +13,22 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 )
 
 // env is the bundled kube-apiserver and etcd with the CRD and the webhook
-// configuration installed, and a manager serving the webhook.
-var env *envtest.Environment
+// configuration installed, and a manager serving the webhook and running
+// the reconciler.
+var (
+	env        *envtest.Environment
+	reconciler *ApiServerConfigReconciler
+)
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -32,6 +40,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (int, error) {
+	// The reconciler's logs, for a failing test; TEST_LOGS=1 shows them.
+	if os.Getenv("TEST_LOGS") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	} else {
+		ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	}
 	var err error
 	env, err = envtest.Start(envtest.WithWebhooks())
 	if err != nil {
@@ -42,6 +56,7 @@ func run(m *testing.M) (int, error) {
 	wh := env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  env.Scheme,
+		Cache:   cache.Options{ByObject: CacheByObject()},
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
@@ -51,6 +66,19 @@ func run(m *testing.M) (int, error) {
 		return 0, fmt.Errorf("creating the manager: %w", err)
 	}
 	if err := SetupWebhookWithManager(mgr); err != nil {
+		return 0, err
+	}
+	reconciler = &ApiServerConfigReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    mgr.GetScheme(),
+		Recorder:  mgr.GetEventRecorder("apiserver-operator"),
+		Etcd:      EtcdV3{Timeout: 2 * time.Second},
+		// Short intervals, so that Auto sizing is observable in a test.
+		AutoSizingInterval: time.Second,
+		ResizePolicy:       apiserver.ResizePolicy{Threshold: 0.2, MinInterval: 2 * time.Second},
+	}
+	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

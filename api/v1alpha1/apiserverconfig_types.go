@@ -814,22 +814,41 @@ type CertificateStatus struct {
 	RenewAfter *metav1.Time `json:"renewAfter,omitempty"`
 }
 
-// CacheSizingStatus reports the sizing in force.
+// CacheSizingStatus reports the sizing in force and, under Auto, what the
+// operator observed and decided.
 type CacheSizingStatus struct {
 	// TargetRAMMB is the memory the sizing was computed for.
-	TargetRAMMB int32 `json:"targetRAMMB"`
-	// EstimatedClusterSize is the number of nodes the sizing allows for.
-	EstimatedClusterSize int32 `json:"estimatedClusterSize"`
-	// ObservedNodes is the number of nodes last counted in etcd (Auto).
+	TargetRAMMB int64 `json:"targetRAMMB"`
+	// CapacityNodes is the number of nodes TargetRAMMB carries.
+	CapacityNodes int64 `json:"capacityNodes"`
+	// EstimatedClusterSize is the number of nodes the limits are set for.
+	EstimatedClusterSize int64 `json:"estimatedClusterSize"`
+	// MaxInflight is the --max-requests-inflight in force.
+	MaxInflight int64 `json:"maxInflight"`
+	// MaxMutatingInflight is the --max-mutating-requests-inflight in force.
+	MaxMutatingInflight int64 `json:"maxMutatingInflight"`
+	// GoMemLimitBytes is the GOMEMLIMIT of the container; 0 for none.
+	// +optional
+	GoMemLimitBytes int64 `json:"goMemLimitBytes,omitempty"`
+	// OverCapacity is true when the observed cluster is larger than the
+	// memory budget carries: raise the memory limit.
+	// +optional
+	OverCapacity bool `json:"overCapacity,omitempty"`
+	// ObservedNodes and ObservedPods are the counts last read from etcd
+	// (Auto), at ObservationTime.
 	// +optional
 	ObservedNodes *int64 `json:"observedNodes,omitempty"`
-	// ObservedPods is the number of pods last counted in etcd (Auto).
 	// +optional
 	ObservedPods *int64 `json:"observedPods,omitempty"`
-	// MaxInflight is the --max-requests-inflight in force.
-	MaxInflight int32 `json:"maxInflight"`
-	// MaxMutatingInflight is the --max-mutating-requests-inflight in force.
-	MaxMutatingInflight int32 `json:"maxMutatingInflight"`
+	// +optional
+	ObservationTime *metav1.Time `json:"observationTime,omitempty"`
+	// SizedForNodes and SizedForPods are the counts the sizing in force was
+	// computed from; they change only when an observation moves far
+	// enough, and not more often than the minimum interval.
+	// +optional
+	SizedForNodes *int64 `json:"sizedForNodes,omitempty"`
+	// +optional
+	SizedForPods *int64 `json:"sizedForPods,omitempty"`
 	// LastResizeTime is when the sizing last changed.
 	// +optional
 	LastResizeTime *metav1.Time `json:"lastResizeTime,omitempty"`

@@ -43,6 +43,8 @@ const (
 	ReasonHibernated = "Hibernated"
 	// ReasonEtcdUnreachable: an etcd server did not answer.
 	ReasonEtcdUnreachable = "EtcdUnreachable"
+	// ReasonEtcdReachable: every etcd server answered.
+	ReasonEtcdReachable = "EtcdReachable"
 	// ReasonCertificatesIssued: every certificate is valid and current.
 	ReasonCertificatesIssued = "CertificatesIssued"
 	// ReasonRotationInProgress: a CA or key rotation is between phases.

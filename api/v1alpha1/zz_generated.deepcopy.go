@@ -378,6 +378,20 @@ func (in *CacheSizingStatus) DeepCopyInto(out *CacheSizingStatus) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.ObservationTime != nil {
+		in, out := &in.ObservationTime, &out.ObservationTime
+		*out = (*in).DeepCopy()
+	}
+	if in.SizedForNodes != nil {
+		in, out := &in.SizedForNodes, &out.SizedForNodes
+		*out = new(int64)
+		**out = **in
+	}
+	if in.SizedForPods != nil {
+		in, out := &in.SizedForPods, &out.SizedForPods
+		*out = new(int64)
+		**out = **in
+	}
 	if in.LastResizeTime != nil {
 		in, out := &in.LastResizeTime, &out.LastResizeTime
 		*out = (*in).DeepCopy()

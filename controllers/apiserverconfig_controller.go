@@ -1,0 +1,682 @@
+package controllers
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// +kubebuilder:rbac:groups="",resources=secrets;configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+
+// Finalizer holds an ApiServerConfig until the operator removed what it
+// created.
+const Finalizer = "controlplane.apiserver-operator.dev/cleanup"
+
+// appliedHashAnnotation records the hash of what the operator last applied
+// to an object, so that a converged object causes no write at all.
+const appliedHashAnnotation = "controlplane.apiserver-operator.dev/applied-hash"
+
+// Named intervals.
+const (
+	// finalizerAddedRequeue is how soon the pass after adding the finalizer
+	// runs.
+	finalizerAddedRequeue = 10 * time.Millisecond
+	// etcdRetryInterval is how soon an unreachable etcd is checked again.
+	etcdRetryInterval = 30 * time.Second
+	// defaultAutoSizingInterval is how often Auto sizing counts nodes and
+	// pods.
+	defaultAutoSizingInterval = 5 * time.Minute
+)
+
+// ApiServerConfigReconciler turns an ApiServerConfig into running
+// kube-apiservers: PKI Secrets, etcd checks, Service, configuration,
+// Deployment and PodDisruptionBudget, then status.
+type ApiServerConfigReconciler struct {
+	// Client reads from the cache (the operator's own objects, which carry
+	// its labels) and writes.
+	Client client.Client
+	// APIReader reads what the cache does not hold: the users' Secrets and
+	// ConfigMaps that the spec names.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	// Etcd checks and counts the tenants' etcd; nil skips both (tests of
+	// the rendering only).
+	Etcd EtcdClient
+	// ImageRepository overrides apiserver.DefaultImageRepository.
+	ImageRepository string
+	// ResizePolicy bounds Auto cache sizing.
+	ResizePolicy apiserver.ResizePolicy
+	// AutoSizingInterval is how often Auto sizing counts nodes and pods
+	// (defaultAutoSizingInterval when zero).
+	AutoSizingInterval time.Duration
+
+	// applied remembers, per object, the resourceVersion the operator's last
+	// apply left, so that an object nobody changed is not applied again.
+	applied sync.Map
+	// generationSeen remembers when each ApiServerConfig's current
+	// generation was first reconciled, for the time-to-Ready histogram.
+	generationSeen sync.Map
+}
+
+// generationStart is when a generation was first reconciled.
+type generationStart struct {
+	generation int64
+	at         time.Time
+}
+
+// trackTimeToReady observes, once per generation, the time from its first
+// reconcile to Ready for it.
+func (r *ApiServerConfigReconciler) trackTimeToReady(cfg *v1alpha1.ApiServerConfig, now time.Time) {
+	key := cfg.Namespace + "/" + cfg.Name
+	seen, ok := r.generationSeen.Load(key)
+	if !ok || seen.(generationStart).generation != cfg.Generation {
+		seen = generationStart{generation: cfg.Generation, at: now}
+		r.generationSeen.Store(key, seen)
+	}
+	ready := meta.FindStatusCondition(cfg.Status.Conditions, v1alpha1.ConditionReady)
+	if ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == cfg.Generation {
+		start := seen.(generationStart)
+		if !start.at.IsZero() {
+			timeToReady.Observe(now.Sub(start.at).Seconds())
+			r.generationSeen.Store(key, generationStart{generation: cfg.Generation})
+		}
+	}
+}
+
+// SetupWithManager registers the reconciler: it watches ApiServerConfigs
+// and the objects it owns.
+func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.AutoSizingInterval == 0 {
+		r.AutoSizingInterval = defaultAutoSizingInterval
+	}
+	if r.ResizePolicy == (apiserver.ResizePolicy{}) {
+		r.ResizePolicy = apiserver.DefaultResizePolicy
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.ApiServerConfig{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Named("apiserverconfig").
+		Complete(r)
+}
+
+// stepError names the step that failed, for status and metrics.
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func step(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stepError{step: name, err: err}
+}
+
+// Reconcile runs the steps in order; the first error stops the pass. Status
+// is written once, at the end, and only when it changed.
+func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	log := ctrl.LoggerFrom(ctx)
+	cfg := &v1alpha1.ApiServerConfig{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cfg); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cfg.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, cfg)
+	}
+	if !controllerutil.ContainsFinalizer(cfg, Finalizer) {
+		patch := client.MergeFrom(cfg.DeepCopy())
+		controllerutil.AddFinalizer(cfg, Finalizer)
+		// The finalizer alone changes no generation, so no event brings
+		// the object back: come back at once.
+		return ctrl.Result{RequeueAfter: finalizerAddedRequeue}, r.Client.Patch(ctx, cfg, patch)
+	}
+
+	before := cfg.DeepCopy()
+	obs := observations{generation: cfg.Generation, masterCount: 1}
+	if cfg.Spec.MasterCount != nil {
+		obs.masterCount = *cfg.Spec.MasterCount
+	}
+	defer func() {
+		var se *stepError
+		if errors.As(retErr, &se) {
+			obs.stepErr, obs.failedStep = se.err, se.step
+			reconcileErrors.WithLabelValues(se.step).Inc()
+		}
+		if err := r.writeStatus(ctx, before, cfg, obs); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("writing status: %w", err))
+		}
+		r.trackTimeToReady(cfg, r.Clock.Now())
+	}()
+
+	// A spec that passed the CRD's rules but not the checks against the
+	// bundled binary (the webhook may be off): stalled until edited.
+	if errs, _ := apiserver.Validate(cfg); len(errs) > 0 {
+		obs.invalid = errs.ToAggregate()
+		r.event(cfg, corev1.EventTypeWarning, v1alpha1.ReasonInvalidSpec, "Validate", "%s", obs.invalid.Error())
+		return ctrl.Result{}, reconcile.TerminalError(obs.invalid)
+	}
+
+	svc := &corev1.Service{}
+	in := apiserver.Inputs{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.ServiceName(cfg.Name)}, svc); err == nil {
+		in.ServiceClusterIP = svc.Spec.ClusterIP
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			in.ServiceIngress = append(in.ServiceIngress, ing.IP+ing.Hostname)
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, step("Service", err)
+	}
+	if s := cfg.Status.CacheSizing; s != nil {
+		in.ObservedNodes, in.ObservedPods = s.SizedForNodes, s.SizedForPods
+	}
+	c, err := apiserver.Complete(cfg, in)
+	if err != nil {
+		obs.invalid = err
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	now := r.Clock.Now()
+
+	// PKI.
+	p, err := r.reconcilePKI(ctx, cfg, c, now)
+	if err != nil {
+		return ctrl.Result{}, step("PKI", err)
+	}
+	secrets, err := apiserver.DesiredPKISecrets(c, p.secrets)
+	if err != nil {
+		return ctrl.Result{}, step("PKI", err)
+	}
+	retained := c.Spec.Certificates.PKIRetention == "Retain"
+	for _, s := range secrets {
+		if err := r.apply(ctx, cfg, s, !(retained && isCASecret(cfg.Name, s.Name))); err != nil {
+			return ctrl.Result{}, step("PKI", err)
+		}
+	}
+	if len(p.issued) > 0 {
+		r.event(cfg, corev1.EventTypeNormal, v1alpha1.ReasonCertificatesIssued, "IssueCertificates", "Issued %s", strings.Join(p.issued, ", "))
+	}
+	obs.certsReady = true
+	obs.certsMessage = fmt.Sprintf("Next renewal at %s", p.nextRenewal.UTC().Format(time.RFC3339))
+	cfg.Status.Certificates = p.certificates
+	recordCertificateExpiry(cfg, p.certificates)
+
+	// etcd.
+	tlsConfig, etcdFiles, err := etcdTLS(ctx, r.APIReader, cfg, &c.Spec.Etcd)
+	if err != nil {
+		return ctrl.Result{}, step("Etcd", err)
+	}
+	requeue := time.Duration(0)
+	if r.Etcd != nil {
+		obs.etcdChecked = true
+		obs.etcdErr = r.Etcd.Check(ctx, etcdEndpoints(&c.Spec.Etcd), tlsConfig)
+		if obs.etcdErr != nil {
+			log.Info("etcd is unreachable", "apiServerConfig", klog.KObj(cfg), "error", obs.etcdErr.Error())
+			requeue = etcdRetryInterval
+		} else if c.Spec.CacheSizing.Policy == v1alpha1.CacheSizingAuto {
+			resized, next, err := r.observeClusterSize(ctx, cfg, &c.Spec.Etcd, tlsConfig, now)
+			if err != nil {
+				log.Info("Counting the tenant's nodes and pods failed", "apiServerConfig", klog.KObj(cfg), "error", err.Error())
+			}
+			if resized {
+				// Complete again with the counts now in force.
+				in.ObservedNodes, in.ObservedPods = cfg.Status.CacheSizing.SizedForNodes, cfg.Status.CacheSizing.SizedForPods
+				if c, err = apiserver.Complete(cfg, in); err != nil {
+					return ctrl.Result{}, reconcile.TerminalError(err)
+				}
+			}
+			requeue = minPositive(requeue, next)
+		}
+	}
+
+	// Service.
+	if err := r.apply(ctx, cfg, apiserver.DesiredService(c), true); err != nil {
+		return ctrl.Result{}, step("Service", err)
+	}
+
+	// Configuration.
+	oidcCA, err := r.oidcCA(ctx, cfg, c)
+	if err != nil {
+		return ctrl.Result{}, step("Config", err)
+	}
+	cm, err := apiserver.DesiredConfigMap(c, oidcCA)
+	if err != nil {
+		return ctrl.Result{}, step("Config", err)
+	}
+	if err := r.apply(ctx, cfg, cm, true); err != nil {
+		return ctrl.Result{}, step("Config", err)
+	}
+	encryption, err := r.encryptionSecret(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, step("Encryption", err)
+	}
+	if encryption != nil {
+		if err := r.apply(ctx, cfg, encryption, true); err != nil {
+			return ctrl.Result{}, step("Encryption", err)
+		}
+	}
+
+	// Deployment.
+	args, err := apiserver.Args(c)
+	if err != nil {
+		return ctrl.Result{}, step("Deployment", err)
+	}
+	files := restartFiles(c, secrets, cm, encryption, etcdFiles)
+	deploy, err := apiserver.DesiredDeployment(c, args, apiserver.DeploymentInputs{
+		ConfigHash:      apiserver.ConfigHash(args, files),
+		ImageRepository: r.ImageRepository,
+	})
+	if err != nil {
+		return ctrl.Result{}, step("Deployment", err)
+	}
+	if err := r.apply(ctx, cfg, deploy, true); err != nil {
+		return ctrl.Result{}, step("Deployment", err)
+	}
+	current := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(deploy), current); err != nil {
+		return ctrl.Result{}, step("Deployment", err)
+	}
+	obs.deployment = current
+
+	// Scaling: the disruption budget exists only with more than one
+	// apiserver.
+	if pdb := apiserver.DesiredPodDisruptionBudget(c); pdb != nil {
+		if err := r.apply(ctx, cfg, pdb, true); err != nil {
+			return ctrl.Result{}, step("PodDisruptionBudget", err)
+		}
+	} else if err := r.deleteIfOwned(ctx, cfg, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}}); err != nil {
+		return ctrl.Result{}, step("PodDisruptionBudget", err)
+	}
+
+	// Status fields that come from what was applied.
+	cfg.Status.Replicas = current.Status.Replicas
+	cfg.Status.ReadyReplicas = current.Status.ReadyReplicas
+	cfg.Status.Selector = apiserver.Selector(cfg.Name)
+	cfg.Status.Version = c.Spec.Version
+	cfg.Status.Endpoint = c.Endpoint
+	cfg.Status.AdminKubeconfigSecretName = apiserver.AdminKubeconfigSecretName(cfg.Name)
+	cfg.Status.CacheSizing = sizingStatus(cfg.Status.CacheSizing, c.Sizing)
+
+	// Come back when the first certificate is due, never by polling.
+	requeue = minPositive(requeue, p.nextRenewal.Sub(r.Clock.Now()))
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return max(b, time.Second)
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
+
+func isCASecret(name, secret string) bool {
+	return secret == apiserver.CASecretName(name) || secret == apiserver.FrontProxyCASecretName(name) ||
+		secret == apiserver.ServiceAccountSecretName(name)
+}
+
+// sizingStatus carries the sizing in force into status, keeping what Auto
+// observed.
+func sizingStatus(prev *v1alpha1.CacheSizingStatus, s apiserver.Sizing) *v1alpha1.CacheSizingStatus {
+	out := &v1alpha1.CacheSizingStatus{}
+	if prev != nil {
+		out = prev.DeepCopy()
+	}
+	out.TargetRAMMB, out.CapacityNodes, out.EstimatedClusterSize = s.TargetRAMMB, s.CapacityNodes, s.EstimatedClusterSize
+	out.MaxInflight, out.MaxMutatingInflight, out.GoMemLimitBytes, out.OverCapacity = s.MaxInflight, s.MaxMutatingInflight, s.GoMemLimitBytes, s.OverCapacity
+	return out
+}
+
+// observeClusterSize counts the tenant's nodes and pods in etcd, at most
+// every r.AutoSizingInterval, and moves the counts the sizing is computed
+// from when apiserver.DecideResize says so. It returns whether they moved
+// and when to count again.
+func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec, tlsConfig *tls.Config, now time.Time) (bool, time.Duration, error) {
+	st := cfg.Status.CacheSizing
+	if st == nil {
+		st = &v1alpha1.CacheSizingStatus{}
+		cfg.Status.CacheSizing = st
+	}
+	if st.ObservationTime != nil && now.Sub(st.ObservationTime.Time) < r.AutoSizingInterval {
+		return false, r.AutoSizingInterval - now.Sub(st.ObservationTime.Time), nil
+	}
+	nodes, err := r.Etcd.Count(ctx, serversOf(spec, "nodes"), tlsConfig, spec.Prefix+"/minions/")
+	if err != nil {
+		return false, r.AutoSizingInterval, err
+	}
+	pods, err := r.Etcd.Count(ctx, serversOf(spec, "pods"), tlsConfig, spec.Prefix+"/pods/")
+	if err != nil {
+		return false, r.AutoSizingInterval, err
+	}
+	st.ObservedNodes, st.ObservedPods = &nodes[0], &pods[0]
+	st.ObservationTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
+	var last *time.Time
+	if st.LastResizeTime != nil {
+		last = &st.LastResizeTime.Time
+	}
+	if !apiserver.DecideResize(st.SizedForNodes, st.SizedForPods, last, nodes[0], pods[0], now, r.ResizePolicy) {
+		return false, r.AutoSizingInterval, nil
+	}
+	st.SizedForNodes, st.SizedForPods = &nodes[0], &pods[0]
+	st.LastResizeTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
+	sizingDecisions.WithLabelValues(cfg.Namespace, cfg.Name).Inc()
+	r.event(cfg, corev1.EventTypeNormal, "Resized", "Resize", "Sized for %d nodes and %d pods observed in etcd", nodes[0], pods[0])
+	return true, r.AutoSizingInterval, nil
+}
+
+// oidcCA reads the OIDC issuer's CA from the ConfigMap the spec names.
+func (r *ApiServerConfigReconciler) oidcCA(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed) ([]byte, error) {
+	o := c.Spec.Authentication.OIDC
+	if o == nil || o.CAConfigMapName == "" {
+		return nil, nil
+	}
+	cm := &corev1.ConfigMap{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: o.CAConfigMapName}, cm); err != nil {
+		return nil, fmt.Errorf("reading ConfigMap %s/%s named by spec.authentication.oidc.caConfigMapName: %w", cfg.Namespace, o.CAConfigMapName, err)
+	}
+	ca := cm.Data["ca.crt"]
+	if ca == "" {
+		return nil, fmt.Errorf("ConfigMap %s/%s has no key ca.crt", cfg.Namespace, o.CAConfigMapName)
+	}
+	return []byte(ca), nil
+}
+
+// encryptionKeysKey keeps the raw keys next to the configuration, so that
+// they survive any change of the rendered file.
+const encryptionKeysKey = "keys.json"
+
+// encryptionSecret keeps the encryption keys of spec.encryption.provider,
+// generating the first one; nil when the operator manages no encryption.
+func (r *ApiServerConfigReconciler) encryptionSecret(ctx context.Context, c *apiserver.Completed) (*corev1.Secret, error) {
+	if c.Spec.Encryption == nil || c.Spec.Encryption.Provider == "" {
+		return nil, nil
+	}
+	var keys []apiserver.EncryptionKey
+	existing := &corev1.Secret{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: apiserver.EncryptionSecretName(c.Name)}, existing)
+	switch {
+	case err == nil && len(existing.Data[encryptionKeysKey]) > 0:
+		if err := json.Unmarshal(existing.Data[encryptionKeysKey], &keys); err != nil {
+			return nil, fmt.Errorf("reading the encryption keys of Secret %s/%s (restore it from a backup: data encrypted with a lost key is lost): %w",
+				c.Namespace, apiserver.EncryptionSecretName(c.Name), err)
+		}
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, apiserver.EncryptionSecretName(c.Name), err)
+	default:
+		key := apiserver.EncryptionKey{Name: "key-1", Secret: make([]byte, 32)}
+		if _, err := rand.Read(key.Secret); err != nil {
+			return nil, fmt.Errorf("generating an encryption key: %w", err)
+		}
+		keys = []apiserver.EncryptionKey{key}
+	}
+	s, err := apiserver.DesiredEncryptionSecret(c, keys)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(keys)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the encryption keys: %w", err)
+	}
+	s.Data[encryptionKeysKey] = raw
+	return s, nil
+}
+
+// restartFiles are the contents of the files the pods mount, keyed by their
+// path in the container; apiserver.ConfigHash leaves out the ones
+// kube-apiserver reloads by itself.
+func restartFiles(c *apiserver.Completed, secrets []*corev1.Secret, cm *corev1.ConfigMap, encryption *corev1.Secret, etcd map[string][]byte) map[string][]byte {
+	byName := map[string]*corev1.Secret{}
+	for _, s := range secrets {
+		byName[s.Name] = s
+	}
+	get := func(secret, key string) []byte {
+		if s := byName[secret]; s != nil {
+			return s.Data[key]
+		}
+		return nil
+	}
+	n := c.Name
+	files := map[string][]byte{
+		apiserver.CAFile:                       get(apiserver.CASecretName(n), apiserver.CABundleKey),
+		apiserver.ServingCertFile:              get(apiserver.ServingSecretName(n), corev1.TLSCertKey),
+		apiserver.ServingKeyFile:               get(apiserver.ServingSecretName(n), corev1.TLSPrivateKeyKey),
+		apiserver.KubeletClientCertFile:        get(apiserver.KubeletClientSecretName(n), corev1.TLSCertKey),
+		apiserver.KubeletClientKeyFile:         get(apiserver.KubeletClientSecretName(n), corev1.TLSPrivateKeyKey),
+		apiserver.FrontProxyCAFile:             get(apiserver.FrontProxyCASecretName(n), apiserver.CABundleKey),
+		apiserver.FrontProxyClientCertFile:     get(apiserver.FrontProxyClientSecretName(n), corev1.TLSCertKey),
+		apiserver.FrontProxyClientKeyFile:      get(apiserver.FrontProxyClientSecretName(n), corev1.TLSPrivateKeyKey),
+		apiserver.ServiceAccountSigningKeyFile: get(apiserver.ServiceAccountSecretName(n), apiserver.ServiceAccountPrivateKeyKey),
+		apiserver.ServiceAccountKeyFile:        get(apiserver.ServiceAccountSecretName(n), apiserver.ServiceAccountPublicKeysKey),
+		apiserver.AuthenticationConfigFile:     []byte(cm.Data[apiserver.AuthenticationConfigKey]),
+		apiserver.AuditPolicyFile:              []byte(cm.Data[apiserver.AuditPolicyKey]),
+		apiserver.EtcdCAFile:                   etcd["ca"],
+		apiserver.EtcdCertFile:                 etcd["cert"],
+		apiserver.EtcdKeyFile:                  etcd["key"],
+	}
+	if encryption != nil {
+		files[apiserver.EncryptionConfigFile] = encryption.Data[apiserver.EncryptionConfigKey]
+	}
+	return files
+}
+
+// apply server-side applies obj with the operator's field owner, owned by
+// cfg when owned is true. It writes nothing when the object already holds
+// what was last applied and nobody changed it since.
+func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object, owned bool) error {
+	if owned {
+		if err := controllerutil.SetControllerReference(cfg, obj, r.Scheme); err != nil {
+			return fmt.Errorf("owning %T %s: %w", obj, obj.GetName(), err)
+		}
+	}
+	hash, err := objectHash(obj)
+	if err != nil {
+		return err
+	}
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[appliedHashAnnotation] = hash
+	obj.SetAnnotations(annotations)
+
+	key := fmt.Sprintf("%T/%s/%s", obj, obj.GetNamespace(), obj.GetName())
+	existing, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("copying %T", obj)
+	}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing); err == nil {
+		last, seen := r.applied.Load(key)
+		if existing.GetAnnotations()[appliedHashAnnotation] == hash && seen && last == existing.GetResourceVersion() {
+			return nil
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading %T %s: %w", obj, obj.GetName(), err)
+	}
+
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return fmt.Errorf("converting %T %s: %w", obj, obj.GetName(), err)
+	}
+	delete(u, "status")
+	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
+	desired := &unstructured.Unstructured{Object: u}
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(apiserver.FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+	}
+	r.applied.Store(key, desired.GetResourceVersion())
+	return nil
+}
+
+// objectHash hashes the desired object as it will be applied.
+func objectHash(obj client.Object) (string, error) {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return "", fmt.Errorf("hashing %T %s: %w", obj, obj.GetName(), err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])[:32], nil
+}
+
+// deleteIfOwned deletes obj if it exists and cfg owns it.
+func (r *ApiServerConfigReconciler) deleteIfOwned(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(obj, cfg) {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}
+
+// reconcileDelete removes everything the operator created for cfg (the
+// garbage collector would, but not every cluster runs it promptly, and
+// Retain must orphan the CAs first), then releases the finalizer.
+func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
+	if !controllerutil.ContainsFinalizer(cfg, Finalizer) {
+		return nil
+	}
+	retain := cfg.Spec.Certificates.PKIRetention == "Retain"
+	n := cfg.Name
+	objs := []client.Object{
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: apiserver.DeploymentName(n)}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: apiserver.DeploymentName(n)}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: apiserver.ServiceName(n)}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: apiserver.ConfigMapName(n)}},
+	}
+	for _, name := range []string{apiserver.ServingSecretName(n), apiserver.KubeletClientSecretName(n), apiserver.FrontProxyClientSecretName(n),
+		apiserver.AdminKubeconfigSecretName(n), apiserver.EncryptionSecretName(n), apiserver.CASecretName(n),
+		apiserver.FrontProxyCASecretName(n), apiserver.ServiceAccountSecretName(n)} {
+		objs = append(objs, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	for _, obj := range objs {
+		obj.SetNamespace(cfg.Namespace)
+		if retain && isCASecret(n, obj.GetName()) {
+			if err := r.orphan(ctx, cfg, obj); err != nil {
+				return step("Delete", err)
+			}
+			continue
+		}
+		if err := r.deleteIfOwned(ctx, cfg, obj); err != nil {
+			return step("Delete", err)
+		}
+	}
+	patch := client.MergeFrom(cfg.DeepCopy())
+	controllerutil.RemoveFinalizer(cfg, Finalizer)
+	if err := r.Client.Patch(ctx, cfg, patch); err != nil {
+		return fmt.Errorf("removing the finalizer: %w", err)
+	}
+	forgetMetrics(cfg)
+	return nil
+}
+
+// orphan removes cfg's owner reference from obj, so that it outlives cfg.
+func (r *ApiServerConfigReconciler) orphan(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	refs := obj.GetOwnerReferences()
+	kept := slices.DeleteFunc(slices.Clone(refs), func(ref metav1.OwnerReference) bool { return ref.UID == cfg.UID })
+	if len(kept) == len(refs) {
+		return nil
+	}
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	obj.SetOwnerReferences(kept)
+	if err := r.Client.Patch(ctx, obj, patch); err != nil {
+		return fmt.Errorf("keeping %s (pkiRetention Retain): %w", obj.GetName(), err)
+	}
+	return nil
+}
+
+// writeStatus computes the conditions and patches status when anything
+// changed; observedGeneration moves only on a successful pass.
+func (r *ApiServerConfigReconciler) writeStatus(ctx context.Context, before, cfg *v1alpha1.ApiServerConfig, obs observations) error {
+	oldReady := meta.FindStatusCondition(before.Status.Conditions, v1alpha1.ConditionReady)
+	for _, c := range conditions(obs) {
+		meta.SetStatusCondition(&cfg.Status.Conditions, c)
+	}
+	if obs.stepErr == nil && obs.invalid == nil {
+		cfg.Status.ObservedGeneration = cfg.Generation
+	}
+	if apiequality.Semantic.DeepEqual(before.Status, cfg.Status) {
+		return nil
+	}
+	if newReady := meta.FindStatusCondition(cfg.Status.Conditions, v1alpha1.ConditionReady); newReady != nil &&
+		(oldReady == nil || oldReady.Status != newReady.Status || oldReady.Reason != newReady.Reason) {
+		kind := corev1.EventTypeNormal
+		if newReady.Status != metav1.ConditionTrue && newReady.Reason != v1alpha1.ReasonProgressing {
+			kind = corev1.EventTypeWarning
+		}
+		r.event(cfg, kind, newReady.Reason, "Ready", "Ready is %s: %s", newReady.Status, newReady.Message)
+	}
+	return r.Client.Status().Patch(ctx, cfg, client.MergeFrom(before))
+}
+
+func (r *ApiServerConfigReconciler) event(cfg *v1alpha1.ApiServerConfig, kind, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(cfg, nil, kind, reason, action, note, args...)
+	}
+}
+
+// CacheByObject limits the manager's cache of Secrets and ConfigMaps to the
+// ones the operator creates (they carry its managed-by label): caching
+// every Secret of a management cluster would cost memory and read access
+// the operator does not need. The users' Secrets are read with APIReader.
+func CacheByObject() map[client.Object]cache.ByObject {
+	owned := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": apiserver.FieldOwner})
+	return map[client.Object]cache.ByObject{
+		&corev1.Secret{}:    {Label: owned},
+		&corev1.ConfigMap{}: {Label: owned},
+	}
+}

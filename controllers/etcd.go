@@ -1,0 +1,149 @@
+package controllers
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+// EtcdClient talks to a tenant's etcd servers.
+type EtcdClient interface {
+	// Check asks every endpoint for its status; the error names the first
+	// one that does not answer.
+	Check(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error
+	// Count returns how many keys each prefix holds, with count-only reads.
+	Count(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefixes ...string) ([]int64, error)
+}
+
+// EtcdV3 is the EtcdClient of go.etcd.io/etcd/client/v3.
+type EtcdV3 struct {
+	// Timeout bounds each dial and each request.
+	Timeout time.Duration
+}
+
+func (e EtcdV3) timeout() time.Duration {
+	if e.Timeout == 0 {
+		return 5 * time.Second
+	}
+	return e.Timeout
+}
+
+func (e EtcdV3) client(endpoints []string, tlsConfig *tls.Config) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		TLS:         tlsConfig,
+		DialTimeout: e.timeout(),
+		// The client's own logger would print every failed dial.
+		Logger: zap.NewNop(),
+	})
+}
+
+// Check implements EtcdClient.
+func (e EtcdV3) Check(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error {
+	for _, ep := range endpoints {
+		cli, err := e.client([]string{ep}, tlsConfig)
+		if err != nil {
+			return fmt.Errorf("connecting to etcd %s: %w", ep, err)
+		}
+		reqCtx, cancel := context.WithTimeout(ctx, e.timeout())
+		_, err = cli.Status(reqCtx, ep)
+		cancel()
+		_ = cli.Close()
+		if err != nil {
+			return fmt.Errorf("etcd %s did not answer: %w", ep, err)
+		}
+	}
+	return nil
+}
+
+// Count implements EtcdClient.
+func (e EtcdV3) Count(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefixes ...string) ([]int64, error) {
+	cli, err := e.client(endpoints, tlsConfig)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+	}
+	defer cli.Close()
+	counts := make([]int64, len(prefixes))
+	for i, p := range prefixes {
+		reqCtx, cancel := context.WithTimeout(ctx, e.timeout())
+		resp, err := cli.Get(reqCtx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("counting keys under %s in etcd %v: %w", p, endpoints, err)
+		}
+		counts[i] = resp.Count
+	}
+	return counts, nil
+}
+
+// etcdTLS builds the client TLS configuration from spec.etcd.tls's Secret;
+// nil without one.
+func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec) (*tls.Config, map[string][]byte, error) {
+	if spec.TLS == nil {
+		return nil, nil, nil
+	}
+	s := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: spec.TLS.SecretName}, s); err != nil {
+		return nil, nil, fmt.Errorf("reading the etcd client Secret %s/%s named by spec.etcd.tls: %w", cfg.Namespace, spec.TLS.SecretName, err)
+	}
+	ca, cert, key := s.Data[spec.TLS.CAKey], s.Data[spec.TLS.CertKey], s.Data[spec.TLS.KeyKey]
+	var missing []error
+	for k, v := range map[string][]byte{spec.TLS.CAKey: ca, spec.TLS.CertKey: cert, spec.TLS.KeyKey: key} {
+		if len(v) == 0 {
+			missing = append(missing, fmt.Errorf("no key %q", k))
+		}
+	}
+	if len(missing) > 0 {
+		return nil, nil, fmt.Errorf("the etcd client Secret %s/%s: %w", cfg.Namespace, spec.TLS.SecretName, errors.Join(missing...))
+	}
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the etcd client Secret %s/%s holds no valid certificate and key: %w", cfg.Namespace, spec.TLS.SecretName, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, nil, fmt.Errorf("the etcd client Secret %s/%s: %s holds no PEM certificate", cfg.Namespace, spec.TLS.SecretName, spec.TLS.CAKey)
+	}
+	files := map[string][]byte{"ca": ca, "cert": cert, "key": key}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, files, nil
+}
+
+// etcdEndpoints lists every server, overrides included, once each.
+func etcdEndpoints(spec *v1alpha1.EtcdSpec) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(servers []string) {
+		for _, s := range servers {
+			if !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
+	}
+	add(spec.Servers)
+	for _, o := range spec.Overrides {
+		add(o.Servers)
+	}
+	return out
+}
+
+// serversOf is where kube-apiserver stores a core resource: its override,
+// or the main servers.
+func serversOf(spec *v1alpha1.EtcdSpec, resource string) []string {
+	for _, o := range spec.Overrides {
+		if o.Group == "" && o.Resource == resource {
+			return o.Servers
+		}
+	}
+	return spec.Servers
+}
