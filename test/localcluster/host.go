@@ -123,8 +123,10 @@ func (l layout) removeNetwork(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("deleting the node's network namespace: %w", err))
 		}
 	}
-	if exists(filepath.Join("/sys/class/net", l.HostVeth)) {
-		if err := run(ctx, "ip", "link", "delete", l.HostVeth); err != nil {
+	// Deleting the namespace deletes the pair, but not at once.
+	veth := filepath.Join("/sys/class/net", l.HostVeth)
+	if exists(veth) {
+		if err := run(ctx, "ip", "link", "delete", l.HostVeth); err != nil && exists(veth) {
 			errs = append(errs, fmt.Errorf("deleting the host side of the node's link: %w", err))
 		}
 	}

@@ -60,6 +60,10 @@ const (
 	EtcdClientSecretNamespace = "default"
 	EtcdClientSecretName      = "tenant-etcd-client"
 
+	// killTimeout bounds how long Down waits for killed processes to leave
+	// the cluster's cgroups.
+	killTimeout = 30 * time.Second
+
 	apiserverPort        = 6443
 	tenantEtcdMainPort   = 2479
 	tenantEtcdEventsPort = 2579
@@ -325,9 +329,11 @@ func Down(ctx context.Context, dir string) error {
 }
 
 // killCgroup kills every process in the cluster's cgroup subtree sub (all
-// of it when sub is empty) and waits for them to exit.
+// of it when sub is empty) and waits until the cgroups are empty: a killed
+// process stays listed there until it has fully exited and been reaped.
 func (l layout) killCgroup(ctx context.Context, sub string) error {
-	for attempt := 0; attempt < 5; attempt++ {
+	deadline := time.Now().Add(killTimeout)
+	for {
 		pids, err := l.cgroups().pids(sub)
 		if err != nil {
 			return err
@@ -335,16 +341,16 @@ func (l layout) killCgroup(ctx context.Context, sub string) error {
 		if len(pids) == 0 {
 			return nil
 		}
-		for _, pid := range pids {
-			_ = syscallKill(pid)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("processes %v of the cluster are still in its cgroups %s after SIGKILL", pids, killTimeout)
 		}
-		waitExit(ctx, pids, 10*time.Second)
+		for _, pid := range pids {
+			if err := syscallKill(pid); err != nil {
+				return fmt.Errorf("killing process %d of the cluster: %w", pid, err)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	pids, _ := l.cgroups().pids(sub)
-	if len(pids) > 0 {
-		return fmt.Errorf("processes %v of the cluster survive SIGKILL", pids)
-	}
-	return nil
 }
 
 // removeCNIResults removes libcni's cached results of the cluster's pod

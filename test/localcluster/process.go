@@ -19,6 +19,9 @@ import (
 // it is killed.
 const stopGrace = 10 * time.Second
 
+// execTimeout bounds the time nsenter takes to run a component's binary.
+const execTimeout = 10 * time.Second
+
 // daemonPath is the PATH of every component: the cluster's binaries first
 // (containerd finds its shim there), then the system's (runc, iptables,
 // mount).
@@ -80,11 +83,23 @@ func (l layout) start(c component) (int, error) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		return 0, fmt.Errorf("moving %s into the cluster's cgroup: %w", c.name, err)
 	}
-	return pid, nil
+	// Until nsenter has entered the namespace and executed the binary,
+	// the process does not look like c.
+	deadline := time.Now().Add(execTimeout)
+	for {
+		if _, ok := l.running(c); ok {
+			return pid, nil
+		}
+		if !alive(pid) || time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return 0, fmt.Errorf("starting %s: it exited at once or never ran its binary; the end of %s:\n%s", c.name, l.logFile(c.name), l.logTail(c.name, 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
-// stop sends SIGTERM to the recorded process of the component called name,
-// then SIGKILL after stopGrace, and removes its PID file.
+// stop sends SIGTERM to the recorded process of component c, then SIGKILL
+// after stopGrace, and removes its PID file.
 func (l layout) stop(ctx context.Context, c component) error {
 	pid, ok := l.running(c)
 	if ok {
