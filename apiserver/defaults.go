@@ -69,6 +69,7 @@ func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
 	if spec.Certificates.KeyAlgorithm == "" {
 		spec.Certificates.KeyAlgorithm = "ECDSAP256"
 	}
+	setDuration(&spec.Certificates.RotationOverlap, 24*time.Hour)
 	if spec.Certificates.PKIRetention == "" {
 		spec.Certificates.PKIRetention = "Delete"
 	}

@@ -31,7 +31,22 @@ type PKISecrets struct {
 	ServiceAccountPublicKeys []byte
 	// AdminKubeconfig is a kubeconfig with cluster-admin rights.
 	AdminKubeconfig []byte
+
+	// During a rotation: the CA that will sign next, and the
+	// service-account key that will sign next (PEM private key).
+	NextCA                       *pki.KeyPair
+	ServiceAccountNextSigningKey []byte
+	// Annotations to set on Secrets, by Secret name (the state of a
+	// rotation).
+	Annotations map[string]map[string]string
 }
+
+// Keys of the CA and service-account Secrets during a rotation.
+const (
+	NextCertKey              = "tls-next.crt"
+	NextKeyKey               = "tls-next.key"
+	ServiceAccountNextKeyKey = "sa-next.key"
+)
 
 // DesiredPKISecrets are the Secrets the Deployment mounts (see podVolumes)
 // and the admin kubeconfig Secret. Every one holds key material: the
@@ -57,8 +72,16 @@ func DesiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
 		extra map[string][]byte
 	}
 	var out []*corev1.Secret
+	caExtra := map[string][]byte{CABundleKey: p.CABundle}
+	if p.NextCA != nil {
+		key, err := p.NextCA.KeyPEM()
+		if err != nil {
+			return nil, fmt.Errorf("building Secret %s/%s: %w", c.Namespace, CASecretName(c.Name), err)
+		}
+		caExtra[NextCertKey], caExtra[NextKeyKey] = p.NextCA.CertPEM(), key
+	}
 	for _, b := range []build{
-		{CASecretName(c.Name), p.CA, map[string][]byte{CABundleKey: p.CABundle}},
+		{CASecretName(c.Name), p.CA, caExtra},
 		{ServingSecretName(c.Name), p.Serving, nil},
 		{KubeletClientSecretName(c.Name), p.KubeletClient, nil},
 		{FrontProxyCASecretName(c.Name), p.FrontProxyCA, map[string][]byte{CABundleKey: p.FrontProxyCABundle}},
@@ -73,14 +96,26 @@ func DesiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
 	if len(p.ServiceAccountSigningKey) == 0 || len(p.ServiceAccountPublicKeys) == 0 {
 		return nil, fmt.Errorf("building Secret %s/%s: no service-account key given", c.Namespace, ServiceAccountSecretName(c.Name))
 	}
-	out = append(out, secret(c, ServiceAccountSecretName(c.Name), corev1.SecretTypeOpaque, map[string][]byte{
+	sa := map[string][]byte{
 		ServiceAccountPrivateKeyKey: p.ServiceAccountSigningKey,
 		ServiceAccountPublicKeysKey: p.ServiceAccountPublicKeys,
-	}))
+	}
+	if len(p.ServiceAccountNextSigningKey) > 0 {
+		sa[ServiceAccountNextKeyKey] = p.ServiceAccountNextSigningKey
+	}
+	out = append(out, secret(c, ServiceAccountSecretName(c.Name), corev1.SecretTypeOpaque, sa))
 	if len(p.AdminKubeconfig) == 0 {
 		return nil, fmt.Errorf("building Secret %s/%s: no admin kubeconfig given", c.Namespace, AdminKubeconfigSecretName(c.Name))
 	}
 	out = append(out, secret(c, AdminKubeconfigSecretName(c.Name), corev1.SecretTypeOpaque, map[string][]byte{KubeconfigKey: p.AdminKubeconfig}))
+	for _, s := range out {
+		for k, v := range p.Annotations[s.Name] {
+			if s.Annotations == nil {
+				s.Annotations = map[string]string{}
+			}
+			s.Annotations[k] = v
+		}
+	}
 	return out, nil
 }
 

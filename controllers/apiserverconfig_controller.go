@@ -56,6 +56,9 @@ const (
 	// finalizerAddedRequeue is how soon the pass after adding the finalizer
 	// runs.
 	finalizerAddedRequeue = 10 * time.Millisecond
+	// rotationRequeue is how soon a pass follows one that moved a
+	// rotation.
+	rotationRequeue = time.Second
 	// etcdRetryInterval is how soon an unreachable etcd is checked again.
 	etcdRetryInterval = 30 * time.Second
 	// defaultAutoSizingInterval is how often Auto sizing counts nodes and
@@ -86,6 +89,9 @@ type ApiServerConfigReconciler struct {
 	// AutoSizingInterval is how often Auto sizing counts nodes and pods
 	// (defaultAutoSizingInterval when zero).
 	AutoSizingInterval time.Duration
+	// CATrustPropagation is the least time a new CA is trusted before it
+	// signs (defaultCATrustPropagation when zero).
+	CATrustPropagation time.Duration
 
 	// applied remembers, per object, the resourceVersion the operator's last
 	// apply left, so that an object nobody changed is not applied again.
@@ -224,20 +230,10 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	now := r.Clock.Now()
 
-	// PKI.
+	// PKI: what exists and is current, and what must be issued.
 	p, err := r.reconcilePKI(ctx, cfg, c, now)
 	if err != nil {
 		return ctrl.Result{}, step("PKI", err)
-	}
-	secrets, err := apiserver.DesiredPKISecrets(c, p.secrets)
-	if err != nil {
-		return ctrl.Result{}, step("PKI", err)
-	}
-	retained := c.Spec.Certificates.PKIRetention == "Retain"
-	for _, s := range secrets {
-		if err := r.apply(ctx, cfg, s, !(retained && isCASecret(cfg.Name, s.Name))); err != nil {
-			return ctrl.Result{}, step("PKI", err)
-		}
 	}
 	if len(p.issued) > 0 {
 		r.event(cfg, corev1.EventTypeNormal, v1alpha1.ReasonCertificatesIssued, "IssueCertificates", "Issued %s", strings.Join(p.issued, ", "))
@@ -302,27 +298,53 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 	}
 
-	// Deployment.
+	// Rotations move one phase at a time, and only once the pods run what
+	// the previous phase published.
 	args, err := apiserver.Args(c)
 	if err != nil {
 		return ctrl.Result{}, step("Deployment", err)
 	}
-	files := restartFiles(c, secrets, cm, encryption, etcdFiles)
-	deploy, err := apiserver.DesiredDeployment(c, args, apiserver.DeploymentInputs{
-		ConfigHash:      apiserver.ConfigHash(args, files),
-		ImageRepository: r.ImageRepository,
-	})
+	secrets, err := apiserver.DesiredPKISecrets(c, p.secrets)
+	if err != nil {
+		return ctrl.Result{}, step("PKI", err)
+	}
+	current := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, current); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, step("Deployment", err)
+	}
+	hash := apiserver.ConfigHash(args, restartFiles(c, secrets, cm, encryption, etcdFiles))
+	rolledOut := rolloutDone(current) && current.Spec.Template.Annotations[apiserver.ConfigHashAnnotation] == hash
+	rotationWait, err := r.rotate(ctx, cfg, c, p, now, rolledOut)
+	if err != nil {
+		return ctrl.Result{}, step("Rotation", err)
+	}
+	if secrets, err = apiserver.DesiredPKISecrets(c, p.secrets); err != nil {
+		return ctrl.Result{}, step("PKI", err)
+	}
+	hash = apiserver.ConfigHash(args, restartFiles(c, secrets, cm, encryption, etcdFiles))
+
+	retained := c.Spec.Certificates.PKIRetention == "Retain"
+	for _, s := range secrets {
+		if err := r.apply(ctx, cfg, s, !(retained && isCASecret(cfg.Name, s.Name))); err != nil {
+			return ctrl.Result{}, step("PKI", err)
+		}
+	}
+
+	// Deployment.
+	deploy, err := apiserver.DesiredDeployment(c, args, apiserver.DeploymentInputs{ConfigHash: hash, ImageRepository: r.ImageRepository})
 	if err != nil {
 		return ctrl.Result{}, step("Deployment", err)
 	}
 	if err := r.apply(ctx, cfg, deploy, true); err != nil {
 		return ctrl.Result{}, step("Deployment", err)
 	}
-	current := &appsv1.Deployment{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(deploy), current); err != nil {
 		return ctrl.Result{}, step("Deployment", err)
 	}
 	obs.deployment = current
+	if rotationWait > 0 {
+		requeue = minPositive(requeue, rotationWait)
+	}
 
 	// Scaling: the disruption budget exists only with more than one
 	// apiserver.
@@ -667,6 +689,51 @@ func (r *ApiServerConfigReconciler) event(cfg *v1alpha1.ApiServerConfig, kind, r
 	if r.Recorder != nil {
 		r.Recorder.Eventf(cfg, nil, kind, reason, action, note, args...)
 	}
+}
+
+// rotate advances the CA and service-account key rotations and reports
+// their phases in status. It returns how soon to come back for them: at
+// once after an action (the leaves of a new CA are issued by the next
+// pass), at the end of a wait, or 0 when only the Deployment's rollout,
+// which its watch reports, can move them.
+func (r *ApiServerConfigReconciler) rotate(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, p *pkiResult, now time.Time, rolledOut bool) (time.Duration, error) {
+	in := rotationInputs{cfg: cfg, c: c, now: now, rolloutComplete: rolledOut, existing: map[string]*corev1.Secret{},
+		caTrustPropagation: r.CATrustPropagation}
+	if in.caTrustPropagation == 0 {
+		in.caTrustPropagation = defaultCATrustPropagation
+	}
+	for _, name := range []string{apiserver.CASecretName(cfg.Name), apiserver.ServiceAccountSecretName(cfg.Name)} {
+		s := &corev1.Secret{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: name}, s); err == nil {
+			in.existing[name] = s
+		} else if !apierrors.IsNotFound(err) {
+			return 0, fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, name, err)
+		}
+	}
+	ca, err := rotateCA(in, p)
+	if err != nil {
+		return 0, err
+	}
+	sa, err := rotateServiceAccountKey(in, p)
+	if err != nil {
+		return 0, err
+	}
+	cfg.Status.Rotations = []v1alpha1.RotationStatus{ca.status, sa.status}
+	for _, res := range []rotationResult{ca, sa} {
+		if len(res.actions) > 0 {
+			r.event(cfg, corev1.EventTypeNormal, "Rotation", "Rotate", "Rotation of the %s entered phase %s", res.status.Name, res.status.Phase)
+		}
+	}
+	if len(ca.actions)+len(sa.actions) > 0 {
+		return rotationRequeue, nil
+	}
+	var wait time.Duration
+	for _, at := range []time.Time{ca.wakeAt, sa.wakeAt} {
+		if !at.IsZero() {
+			wait = minPositive(wait, at.Sub(now))
+		}
+	}
+	return wait, nil
 }
 
 // CacheByObject limits the manager's cache of Secrets and ConfigMaps to the

@@ -28,6 +28,8 @@ type pkiResult struct {
 	nextRenewal time.Time
 	// issued names the certificates created or renewed in this pass.
 	issued []string
+	// trustedCAs are the CAs the existing cluster CA bundle holds.
+	trustedCAs []*x509.Certificate
 }
 
 // reconcilePKI keeps what exists and is still good, and issues the rest. A
@@ -42,6 +44,7 @@ func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, cfg *v1alp
 	if err != nil {
 		return nil, fmt.Errorf("reconciling the cluster CA: %w", err)
 	}
+	res.trustedCAs, _ = certutil.ParseCertsPEM(caBundle)
 	frontProxyCA, frontProxyBundle, err := r.loadOrCreateCA(ctx, cfg, apiserver.FrontProxyCASecretName(cfg.Name), "front-proxy-ca", "", alg, caValidity, now, res)
 	if err != nil {
 		return nil, fmt.Errorf("reconciling the front-proxy CA: %w", err)
@@ -149,7 +152,7 @@ func (r *ApiServerConfigReconciler) loadOrCreateCA(ctx context.Context, cfg *v1a
 	} else if !apierrors.IsNotFound(err) {
 		return nil, nil, fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, secretName, err)
 	}
-	res.track(secretName, ca.Cert(), 80)
+	res.track(secretName, ca.Cert(), pki.DefaultRenewalPercent)
 	return ca, pki.TrustBundle(now, trusted...), nil
 }
 

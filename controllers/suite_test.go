@@ -76,6 +76,7 @@ func run(m *testing.M) (int, error) {
 		Etcd:      EtcdV3{Timeout: 2 * time.Second},
 		// Short intervals, so that Auto sizing is observable in a test.
 		AutoSizingInterval: time.Second,
+		CATrustPropagation: time.Second,
 		ResizePolicy:       apiserver.ResizePolicy{Threshold: 0.2, MinInterval: 2 * time.Second},
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {

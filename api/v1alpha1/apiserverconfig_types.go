@@ -727,6 +727,29 @@ type CertificatesSpec struct {
 	// +optional
 	CASecretName string `json:"caSecretName,omitempty"`
 
+	// ServiceAccountKeyRotationPeriod is the age at which the
+	// service-account signing key is replaced, in phases that keep every
+	// token valid (see rotationOverlap). Unset: the key is rotated only on
+	// request, by setting the annotation
+	// controlplane.apiserver-operator.dev/rotate-service-account-key to a new
+	// value.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('24h')",message="must be at least 24h"
+	// +optional
+	ServiceAccountKeyRotationPeriod *metav1.Duration `json:"serviceAccountKeyRotationPeriod,omitempty"`
+
+	// RotationOverlap is how long a retired CA or service-account key stays
+	// trusted after its successor took over everywhere, for credentials
+	// handed out of the cluster (kubeconfigs, tokens) to be replaced. For the
+	// service-account key, the maximum token lifetime applies when it is
+	// longer.
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	RotationOverlap *metav1.Duration `json:"rotationOverlap,omitempty"`
+
 	// PKIRetention: Retain keeps the CA Secrets when the ApiServerConfig is
 	// deleted, so a re-created control plane keeps trusting existing
 	// clients; Delete removes them with everything else.
@@ -801,6 +824,24 @@ type ApiServerConfigStatus struct {
 	// CacheSizing is the sizing in force and what it was derived from.
 	// +optional
 	CacheSizing *CacheSizingStatus `json:"cacheSizing,omitempty"`
+
+	// Rotations reports the phase of each CA and key rotation: Stable, or
+	// TrustNew, SignWithNew and PruneOld while one is under way.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Rotations []RotationStatus `json:"rotations,omitempty"`
+}
+
+// RotationStatus is the phase of the rotation of one CA or key.
+type RotationStatus struct {
+	// Name is ca or service-account-key.
+	Name string `json:"name"`
+	// Phase is Stable, TrustNew, SignWithNew or PruneOld.
+	Phase string `json:"phase"`
+	// Since is when the phase began.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // CertificateStatus reports one certificate.

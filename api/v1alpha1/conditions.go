@@ -29,6 +29,16 @@ const (
 	ConditionDegraded = "Degraded"
 )
 
+// Annotations a user sets on an ApiServerConfig.
+const (
+	// RotateServiceAccountKeyAnnotation starts a rotation of the
+	// service-account signing key whenever its value changes.
+	RotateServiceAccountKeyAnnotation = "controlplane.apiserver-operator.dev/rotate-service-account-key"
+	// RotateCAAnnotation starts a rotation of the cluster CA whenever its
+	// value changes.
+	RotateCAAnnotation = "controlplane.apiserver-operator.dev/rotate-ca"
+)
+
 // Condition reasons. A reason is CamelCase and says why a condition has its
 // status, so that tools can act on it without parsing the message.
 const (

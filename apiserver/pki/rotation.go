@@ -112,6 +112,9 @@ type CARotationPolicy struct {
 	// cluster (such as the admin kubeconfig) to be replaced. The old CA is
 	// pruned earlier if it expires.
 	Overlap time.Duration
+	// Now starts a rotation from Stable at once, whatever the CA's age
+	// (a rotation an administrator asked for).
+	Now bool
 }
 
 // NextCAPhase advances the rotation of a CA by at most one phase and
@@ -142,7 +145,7 @@ func NextCAPhase(state RotationState, signer *x509.Certificate, now time.Time, r
 		reissueLeaves:   true,
 	}
 	if signer != nil {
-		in.due = !now.Before(RenewAt(signer, policy.RenewalPercent))
+		in.due = policy.Now || !now.Before(RenewAt(signer, policy.RenewalPercent))
 		in.signerNotAfter = signer.NotAfter
 	}
 	return advance(state, in)
