@@ -338,9 +338,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.apply(ctx, cfg, deploy, true); err != nil {
 		return ctrl.Result{}, step("Deployment", err)
 	}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(deploy), current); err != nil {
-		return ctrl.Result{}, step("Deployment", err)
-	}
+	current = deploy
 	obs.deployment = current
 	if rotationWait > 0 {
 		requeue = minPositive(requeue, rotationWait)
@@ -531,7 +529,8 @@ func restartFiles(c *apiserver.Completed, secrets []*corev1.Secret, cm *corev1.C
 
 // apply server-side applies obj with the operator's field owner, owned by
 // cfg when owned is true. It writes nothing when the object already holds
-// what was last applied and nobody changed it since.
+// what was last applied and nobody changed it since. Either way obj ends up
+// as the cluster holds it.
 func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object, owned bool) error {
 	if owned {
 		if err := controllerutil.SetControllerReference(cfg, obj, r.Scheme); err != nil {
@@ -557,7 +556,8 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing); err == nil {
 		last, seen := r.applied.Load(key)
 		if existing.GetAnnotations()[appliedHashAnnotation] == hash && seen && last == existing.GetResourceVersion() {
-			return nil
+			// obj becomes what the cluster holds, status included.
+			return r.Scheme.Convert(existing, obj, nil)
 		}
 	} else if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("reading %T %s: %w", obj, obj.GetName(), err)
@@ -575,6 +575,10 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 		return fmt.Errorf("applying %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 	}
 	r.applied.Store(key, desired.GetResourceVersion())
+	// obj becomes the server's answer: the cache may not have it yet.
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(desired.Object, obj); err != nil {
+		return fmt.Errorf("reading back %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+	}
 	return nil
 }
 
