@@ -11,12 +11,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -45,6 +48,10 @@ type options struct {
 	enableHTTP2          bool
 	webhookCertDir       string
 	webhooks             bool
+	webhookCerts         string
+	webhookSecret        string
+	webhookService       string
+	webhookConfiguration string
 	imageRepository      string
 	metricsCertDir       string
 	zap                  zap.Options
@@ -77,6 +84,14 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Repository of the bundled kube-apiserver image; its tag is the ApiServerConfig's version.")
 	fs.BoolVar(&o.webhooks, "webhooks", true,
 		"Serve the validating admission webhook; turn off only where no ValidatingWebhookConfiguration points at this manager.")
+	fs.StringVar(&o.webhookCerts, "webhook-cert-management", "self",
+		"Who provides the webhook's certificate: self (the manager issues and renews it, and sets the caBundle) or external (cert-manager or another tool fills --webhook-cert-dir).")
+	fs.StringVar(&o.webhookSecret, "webhook-cert-secret", "apiserver-operator-webhook-cert",
+		"Secret, in the manager's namespace, that holds the self-managed webhook CA and certificate.")
+	fs.StringVar(&o.webhookService, "webhook-service", "apiserver-operator-webhook-service",
+		"Service, in the manager's namespace, through which kube-apiserver calls the webhook.")
+	fs.StringVar(&o.webhookConfiguration, "webhook-configuration", "apiserver-operator-validating-webhook-configuration",
+		"ValidatingWebhookConfiguration whose caBundle the manager keeps with self-managed certificates.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -114,6 +129,9 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
+	if o.webhooks && o.webhookCertDir == "" {
+		o.webhookCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+	}
 	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
@@ -153,6 +171,29 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 
 	readyz := healthz.Ping
+	if o.webhooks && o.webhookCerts == "self" {
+		namespace := os.Getenv("POD_NAMESPACE")
+		if namespace == "" {
+			return fmt.Errorf("self-managed webhook certificates need the manager's namespace in $POD_NAMESPACE (set by config/manager), or --webhook-cert-management=external")
+		}
+		direct, err := client.New(restConfig, client.Options{Scheme: scheme})
+		if err != nil {
+			return fmt.Errorf("creating a client for the webhook certificates: %w", err)
+		}
+		certs := &controllers.WebhookCertificates{
+			Client: direct, Clock: clock.RealClock{}, Namespace: namespace, ServiceName: o.webhookService,
+			SecretName: o.webhookSecret, WebhookConfiguration: o.webhookConfiguration, CertDir: o.webhookCertDir,
+		}
+		// The files must exist before the webhook server starts.
+		if _, err := certs.Ensure(ctx); err != nil {
+			return fmt.Errorf("preparing the webhook certificate: %w", err)
+		}
+		if err := mgr.Add(certs); err != nil {
+			return fmt.Errorf("adding the webhook certificate renewal: %w", err)
+		}
+	} else if o.webhooks && o.webhookCerts != "external" {
+		return fmt.Errorf("--webhook-cert-management is %q: use self or external", o.webhookCerts)
+	}
 	if o.webhooks {
 		if err := controllers.SetupWebhookWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)

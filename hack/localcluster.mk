@@ -17,7 +17,7 @@ KUBE_NODE_BINARIES := $(addprefix $(LOCALBIN)/,kube-controller-manager kube-sche
 CONTAINERD_BINARIES := $(addprefix $(LOCALBIN)/,containerd containerd-shim-runc-v2 ctr)
 PAUSE := $(LOCALBIN)/pause
 LOCALCLUSTER := $(LOCALBIN)/localcluster
-IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/kube-apiserver.tar
+IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/kube-apiserver.tar $(IMAGES_DIR)/operator.tar
 LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES)
 LOCALCLUSTER_SOURCES := $(shell find test/localcluster -name '*.go' -not -path '*/tools/*' 2>/dev/null) go.mod go.sum
 
@@ -53,6 +53,16 @@ $(IMAGES_DIR)/pause.tar: $(PAUSE) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 $(IMAGES_DIR)/kube-apiserver.tar: $(KUBE_APISERVER) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/kube-apiserver:$(KUBE_VERSION) \
 		--file $(KUBE_APISERVER):/usr/local/bin/kube-apiserver --entrypoint /usr/local/bin/kube-apiserver --output $@
+
+# The operator image: the manager built static, as config/manager expects it.
+OPERATOR_IMAGE ?= localhost/apiserver-operator/manager:dev
+OPERATOR_SOURCES := $(shell find api apiserver controllers -name '*.go' -not -path 'apiserver/bundled/*' -not -name '*_test.go' 2>/dev/null) \
+	$(wildcard apiserver/catalog/*.json) main.go go.mod go.sum
+$(LOCALBIN)/manager-static: $(OPERATOR_SOURCES) | $(LOCALBIN)
+	$(BUNDLED_GOENV) go build -ldflags "-s -w" -o $@ .
+
+$(IMAGES_DIR)/operator.tar: $(LOCALBIN)/manager-static $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag $(OPERATOR_IMAGE) --file $(LOCALBIN)/manager-static:/manager --entrypoint /manager --output $@
 
 .PHONY: cluster-up
 cluster-up: localcluster-binaries ## Start the local one-node cluster (idempotent); prints its kubeconfig.

@@ -1,0 +1,192 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+)
+
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;patch
+
+// WebhookCertificates keeps the admission webhook's serving certificate
+// without cert-manager: a CA and a certificate for the webhook Service in a
+// Secret of the operator's namespace (shared by every replica), the files
+// in the webhook server's certificate directory, and the CA in the
+// caBundle of the ValidatingWebhookConfiguration. The certificate is
+// renewed at 80% of its validity; the webhook server reloads the files.
+type WebhookCertificates struct {
+	// Client must read without a cache: this runs before the manager's
+	// caches start.
+	Client client.Client
+	Clock  clock.PassiveClock
+	// Namespace, ServiceName and SecretName locate the webhook Service and
+	// the Secret that holds the certificates.
+	Namespace   string
+	ServiceName string
+	SecretName  string
+	// WebhookConfiguration is the name of the ValidatingWebhookConfiguration.
+	WebhookConfiguration string
+	// CertDir is the webhook server's certificate directory.
+	CertDir string
+}
+
+const (
+	webhookCAValidity   = 10 * 365 * 24 * time.Hour
+	webhookCertValidity = 365 * 24 * time.Hour
+	webhookCACertKey    = "ca.crt"
+	webhookCAKeyKey     = "ca.key"
+	// webhookCheckInterval is how often the certificates are checked.
+	webhookCheckInterval = time.Hour
+)
+
+// Ensure makes the Secret, the files and the caBundle current, and returns
+// when the certificate is due for renewal.
+func (w *WebhookCertificates) Ensure(ctx context.Context) (time.Time, error) {
+	now := w.Clock.Now()
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: w.Namespace, Name: w.SecretName}
+	err := w.Client.Get(ctx, key, secret)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return time.Time{}, fmt.Errorf("reading the webhook certificate Secret %s: %w", key, err)
+	}
+	exists := err == nil
+
+	var ca, serving *pki.KeyPair
+	if exists {
+		ca, _ = pki.ParseKeyPair(secret.Data[webhookCACertKey], secret.Data[webhookCAKeyKey])
+		serving, _ = pki.ParseKeyPair(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
+	}
+	dnsNames := []string{w.ServiceName + "." + w.Namespace + ".svc", w.ServiceName + "." + w.Namespace + ".svc.cluster.local"}
+	changed := false
+	if ca == nil || !now.Before(pki.RenewAt(ca.Cert(), pki.DefaultRenewalPercent)) {
+		if ca, err = pki.NewSelfSignedCA("apiserver-operator-webhook-ca", pki.DefaultKeyAlgorithm, webhookCAValidity, now); err != nil {
+			return time.Time{}, fmt.Errorf("generating the webhook CA: %w", err)
+		}
+		serving, changed = nil, true
+	}
+	cfg := pki.ServingCertConfig(dnsNames, nil)
+	if serving == nil {
+		changed = true
+	} else if renew, _ := pki.NeedsRenewal(serving.Cert(), now, pki.DefaultRenewalPercent, cfg.Requirements(ca.Cert(), pki.DefaultKeyAlgorithm)); renew {
+		changed = true
+	}
+	if changed {
+		if serving, err = pki.NewSignedCert(ca, cfg, pki.DefaultKeyAlgorithm, webhookCertValidity, now); err != nil {
+			return time.Time{}, fmt.Errorf("issuing the webhook serving certificate: %w", err)
+		}
+		caKey, err := ca.KeyPEM()
+		if err != nil {
+			return time.Time{}, err
+		}
+		servingKey, err := serving.KeyPEM()
+		if err != nil {
+			return time.Time{}, err
+		}
+		secret.Name, secret.Namespace, secret.Type = w.SecretName, w.Namespace, corev1.SecretTypeTLS
+		secret.Data = map[string][]byte{
+			webhookCACertKey: ca.CertPEM(), webhookCAKeyKey: caKey,
+			corev1.TLSCertKey: serving.CertPEM(), corev1.TLSPrivateKeyKey: servingKey,
+		}
+		if exists {
+			err = w.Client.Update(ctx, secret)
+		} else {
+			err = w.Client.Create(ctx, secret)
+		}
+		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			// Another replica wrote first: use what it wrote.
+			return w.Ensure(ctx)
+		}
+		if err != nil {
+			return time.Time{}, fmt.Errorf("writing the webhook certificate Secret %s: %w", key, err)
+		}
+	}
+
+	if err := w.writeFiles(secret); err != nil {
+		return time.Time{}, err
+	}
+	if err := w.patchCABundle(ctx, secret.Data[webhookCACertKey]); err != nil {
+		return time.Time{}, err
+	}
+	return pki.RenewAt(serving.Cert(), pki.DefaultRenewalPercent), nil
+}
+
+// writeFiles writes tls.crt and tls.key for the webhook server, atomically,
+// and only when they differ.
+func (w *WebhookCertificates) writeFiles(secret *corev1.Secret) error {
+	if err := os.MkdirAll(w.CertDir, 0o700); err != nil {
+		return fmt.Errorf("creating the webhook certificate directory %s: %w", w.CertDir, err)
+	}
+	for _, name := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey} {
+		path := filepath.Join(w.CertDir, name)
+		if current, err := os.ReadFile(path); err == nil && bytes.Equal(current, secret.Data[name]) {
+			continue
+		}
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, secret.Data[name], 0o600); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// patchCABundle sets the CA in every webhook of the configuration.
+func (w *WebhookCertificates) patchCABundle(ctx context.Context, ca []byte) error {
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := w.Client.Get(ctx, client.ObjectKey{Name: w.WebhookConfiguration}, cfg); err != nil {
+		return fmt.Errorf("reading ValidatingWebhookConfiguration %s (install config/default, or run with --webhooks=false): %w", w.WebhookConfiguration, err)
+	}
+	patch := client.MergeFromWithOptions(cfg.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	changed := false
+	for i := range cfg.Webhooks {
+		if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, ca) {
+			cfg.Webhooks[i].ClientConfig.CABundle = ca
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := w.Client.Patch(ctx, cfg, patch); err != nil {
+		return fmt.Errorf("setting the caBundle of ValidatingWebhookConfiguration %s: %w", w.WebhookConfiguration, err)
+	}
+	return nil
+}
+
+// Start keeps the certificates current until ctx ends (a manager Runnable).
+func (w *WebhookCertificates) Start(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithName("webhook-certificates")
+	for {
+		renewAt, err := w.Ensure(ctx)
+		wait := webhookCheckInterval
+		if err != nil {
+			log.Error(err, "Keeping the webhook certificate current failed; retrying")
+			wait = time.Minute
+		} else if until := renewAt.Sub(w.Clock.Now()); until < wait {
+			wait = max(until, time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// NeedLeaderElection is false: every replica serves the webhook and needs
+// the files.
+func (w *WebhookCertificates) NeedLeaderElection() bool { return false }

@@ -1,0 +1,93 @@
+package controllers
+
+import (
+	"context"
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func TestWebhookCertificates_IssuesPublishesAndRenews(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	// A configuration shaped like config/webhook's, that matches no object,
+	// so that it cannot disturb the other tests.
+	none := admissionregistrationv1.SideEffectClassNone
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "webhook-certs-" + ns},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "v.example.dev",
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             &none,
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+				Namespace: ns, Name: "webhook-service", Path: ptr.To("/validate"),
+			}},
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"never": "matches"}},
+		}},
+	}
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, cfg) })
+
+	clock := clocktesting.NewFakePassiveClock(time.Now())
+	w := &WebhookCertificates{Client: env.Client, Clock: clock, Namespace: ns, ServiceName: "webhook-service",
+		SecretName: "webhook-cert", WebhookConfiguration: cfg.Name, CertDir: t.TempDir()}
+	renewAt, err := w.Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func() (*x509.Certificate, []byte) {
+		t.Helper()
+		current := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cfg), current); err != nil {
+			t.Fatal(err)
+		}
+		bundle := current.Webhooks[0].ClientConfig.CABundle
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(bundle) {
+			t.Fatal("the webhook configuration has no caBundle")
+		}
+		certPEM, err := os.ReadFile(filepath.Join(w.CertDir, corev1.TLSCertKey))
+		if err != nil {
+			t.Fatalf("the webhook server's certificate file: %v", err)
+		}
+		cert := parseCert(t, certPEM)
+		// What kube-apiserver does when it calls the webhook Service.
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "webhook-service." + ns + ".svc", CurrentTime: clock.Now()}); err != nil {
+			t.Fatalf("the webhook certificate does not verify as the Service name: %v", err)
+		}
+		return cert, bundle
+	}
+	first, bundle := check()
+
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "webhook-cert"}}
+	rv := get(t, secret).ResourceVersion
+	if _, err := w.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, secret).ResourceVersion != rv {
+		t.Fatal("a second pass rewrote current certificates")
+	}
+
+	clock.SetTime(renewAt.Add(time.Minute))
+	if _, err := w.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	renewed, bundleAfter := check()
+	if renewed.Equal(first) {
+		t.Fatal("the certificate was not renewed past its renewal time")
+	}
+	if string(bundleAfter) != string(bundle) {
+		t.Fatal("renewing the certificate changed the CA")
+	}
+}
