@@ -1,0 +1,283 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// repo is the root of the repository.
+const repo = "../.."
+
+var (
+	installOnce sync.Once
+	installErr  error
+)
+
+// run runs a bundled tool (bin/NAME) with the cluster's kubeconfig and
+// returns its combined output.
+func run(t *testing.T, stdin []byte, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "bin", name), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.KubeconfigPath())
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// installOperator installs the operator the way a user does,
+// `kustomize build config/default | kubectl apply -f -`, once per run, and
+// waits for its Deployment.
+func installOperator(t *testing.T) {
+	t.Helper()
+	installOnce.Do(func() {
+		start := time.Now()
+		manifests, err := run(t, nil, "kustomize", "build", filepath.Join(repo, "config", "default"))
+		if err != nil {
+			installErr = fmt.Errorf("kustomize build config/default: %v\n%s", err, manifests)
+			return
+		}
+		if out, err := run(t, []byte(manifests), "kubectl", "apply", "--server-side", "-f", "-"); err != nil {
+			installErr = fmt.Errorf("kubectl apply: %v\n%s", err, out)
+			return
+		}
+		if out, err := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "rollout", "status",
+			"deployment/apiserver-operator-controller-manager", "--timeout=180s"); err != nil {
+			installErr = fmt.Errorf("the operator did not become available: %v\n%s", err, out)
+			return
+		}
+		fmt.Printf("Operator installed from config/default and available in %s\n", time.Since(start).Round(100*time.Millisecond))
+	})
+	if installErr != nil {
+		t.Fatal(installErr)
+	}
+}
+
+// ctrlClient is a controller-runtime client of the management cluster.
+func ctrlClient(t *testing.T) client.Client {
+	t.Helper()
+	cfg, err := cluster.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// localTenant reads the local-cluster sample, renamed into namespace ns.
+func localTenant(t *testing.T, ns, name string) *v1alpha1.ApiServerConfig {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repo, "config", "samples", "controlplane_v1alpha1_apiserverconfig_localcluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &v1alpha1.ApiServerConfig{}
+	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Namespace, cfg.Name = ns, name
+	cfg.Spec.Etcd.Prefix = "/tenants/" + ns + "/" + name
+	return cfg
+}
+
+// tenantNamespace creates a namespace with a copy of the tenant etcd's
+// client Secret.
+func tenantNamespace(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	cs := clientset(t)
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-tenant-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd := cluster.TenantEtcd()
+	copySecret(ctx, t, cs, etcd.SecretNamespace, etcd.SecretName, ns.Name)
+	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	return ns.Name
+}
+
+// waitReady waits for the Ready condition of the current generation.
+func waitReady(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for time.Since(start) < timeout {
+		got := &v1alpha1.ApiServerConfig{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(cfg), got); err == nil {
+			r := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+			if r != nil && r.Status == metav1.ConditionTrue && r.ObservedGeneration == got.Generation && got.Status.ObservedGeneration == got.Generation {
+				return time.Since(start)
+			}
+			if r != nil {
+				last = r.Reason + ": " + r.Message
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("%s/%s was not Ready within %s (last: %s)", cfg.Namespace, cfg.Name, timeout, last)
+	return 0
+}
+
+// tenantClient reaches a tenant through its NodePort on the node address,
+// with the admin kubeconfig the operator wrote, verifying the serving
+// certificate as the Service's name.
+func tenantClient(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig) (*kubernetes.Clientset, *rest.Config) {
+	t.Helper()
+	ctx := context.Background()
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.AdminKubeconfigSecretName(cfg.Name)}, secret); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[apiserver.KubeconfigKey])
+	if err != nil {
+		t.Fatalf("loading the admin kubeconfig: %v", err)
+	}
+	svc := &corev1.Service{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.ServiceName(cfg.Name)}, svc); err != nil {
+		t.Fatal(err)
+	}
+	rc.TLSClientConfig.ServerName = apiserver.ServiceName(cfg.Name) + "." + cfg.Namespace + ".svc"
+	rc.Host = fmt.Sprintf("https://%s:%d", cluster.NodeIP(), svc.Spec.Ports[0].NodePort)
+	rc.Timeout = 5 * time.Second
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, rc
+}
+
+// clientLoop calls the tenant every interval until stopped and counts the
+// failed calls, as a user's client would notice them.
+type clientLoop struct {
+	ok, failed atomic.Int64
+	lastErr    atomic.Value
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+func startClientLoop(call func(context.Context) error, interval time.Duration) *clientLoop {
+	l := &clientLoop{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for range 100000 { // bounded: stop() ends it long before
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := call(ctx); err != nil {
+				l.failed.Add(1)
+				l.lastErr.Store(err.Error())
+			} else {
+				l.ok.Add(1)
+			}
+			cancel()
+			time.Sleep(interval)
+		}
+	}()
+	return l
+}
+
+func (l *clientLoop) finish(t *testing.T, what string) {
+	t.Helper()
+	close(l.stop)
+	<-l.done
+	t.Logf("%s: %d requests, %d failed", what, l.ok.Load()+l.failed.Load(), l.failed.Load())
+	if l.failed.Load() > 0 {
+		t.Errorf("%s: %d of %d requests failed (last: %v)", what, l.failed.Load(), l.ok.Load()+l.failed.Load(), l.lastErr.Load())
+	}
+	if l.ok.Load() == 0 {
+		t.Errorf("%s: no request succeeded", what)
+	}
+}
+
+// managementKubectl is kubectl against the management cluster.
+func managementKubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := run(t, nil, "kubectl", args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func yamlOf(obj any) ([]byte, error) { return yaml.Marshal(obj) }
+
+func clientKey(obj client.Object) client.ObjectKey { return client.ObjectKeyFromObject(obj) }
+
+// tenantKubectl runs kubectl against a tenant with its admin kubeconfig,
+// through the NodePort.
+func tenantKubectl(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, args ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.AdminKubeconfigSecretName(cfg.Name)}, secret); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tenant.kubeconfig")
+	if err := os.WriteFile(path, secret.Data[apiserver.KubeconfigKey], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.ServiceName(cfg.Name)}, svc); err != nil {
+		t.Fatal(err)
+	}
+	all := append([]string{"--kubeconfig", path,
+		"--server", fmt.Sprintf("https://%s:%d", cluster.NodeIP(), svc.Spec.Ports[0].NodePort),
+		"--tls-server-name", apiserver.ServiceName(cfg.Name) + "." + cfg.Namespace + ".svc"}, args...)
+	out, err := run(t, nil, "kubectl", all...)
+	if err != nil {
+		t.Fatalf("kubectl %s against the tenant: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// waitReachable waits until the tenant answers through its NodePort:
+// kube-proxy programs a new Service's rules a moment after its pods are
+// ready.
+func waitReachable(t *testing.T, tenant *kubernetes.Clientset) {
+	t.Helper()
+	var err error
+	for range 60 {
+		if _, err = tenant.Discovery().ServerVersion(); err == nil {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("the tenant is not reachable through its NodePort: %v", err)
+}
