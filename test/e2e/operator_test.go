@@ -157,27 +157,36 @@ func waitReady(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, tim
 // certificate as the Service's name.
 func tenantClient(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig) (*kubernetes.Clientset, *rest.Config) {
 	t.Helper()
+	cs, rc, err := tenantClientE(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, rc
+}
+
+// tenantClientE is tenantClient for goroutines, which may not call t.Fatal.
+func tenantClientE(c client.Client, cfg *v1alpha1.ApiServerConfig) (*kubernetes.Clientset, *rest.Config, error) {
 	ctx := context.Background()
 	secret := &corev1.Secret{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.AdminKubeconfigSecretName(cfg.Name)}, secret); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	rc, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[apiserver.KubeconfigKey])
 	if err != nil {
-		t.Fatalf("loading the admin kubeconfig: %v", err)
+		return nil, nil, fmt.Errorf("loading the admin kubeconfig: %w", err)
 	}
 	svc := &corev1.Service{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.ServiceName(cfg.Name)}, svc); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	rc.TLSClientConfig.ServerName = apiserver.ServiceName(cfg.Name) + "." + cfg.Namespace + ".svc"
 	rc.Host = fmt.Sprintf("https://%s:%d", cluster.NodeIP(), svc.Spec.Ports[0].NodePort)
 	rc.Timeout = 5 * time.Second
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	return cs, rc
+	return cs, rc, nil
 }
 
 // clientLoop calls the tenant every interval until stopped and counts the

@@ -1,0 +1,177 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// rotationPhase is the phase of a rotation in status.
+func rotationPhase(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, name string) string {
+	t.Helper()
+	got := &v1alpha1.ApiServerConfig{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(cfg), got); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range got.Status.Rotations {
+		if r.Name == name {
+			return r.Phase
+		}
+	}
+	return ""
+}
+
+func waitPhase(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, name, phase string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if rotationPhase(t, c, cfg, name) == phase {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("the %s rotation did not reach %s within %s (at %s)", name, phase, timeout, rotationPhase(t, c, cfg, name))
+}
+
+// podUIDs are the apiserver pods of cfg.
+func podUIDs(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig) map[string]int32 {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int32{}
+	for _, p := range pods.Items {
+		for _, s := range p.Status.ContainerStatuses {
+			out[string(p.UID)] = s.RestartCount
+		}
+	}
+	return out
+}
+
+// refreshingClient rebuilds its client from the admin kubeconfig Secret
+// every few seconds, as a platform that distributes kubeconfigs does: it
+// follows the CA bundle the operator publishes.
+type refreshingClient struct {
+	c    client.Client
+	cfg  *v1alpha1.ApiServerConfig
+	mu   sync.Mutex
+	cs   *kubernetes.Clientset
+	rc   *rest.Config
+	last time.Time
+}
+
+func (r *refreshingClient) get() (*kubernetes.Clientset, *rest.Config, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cs == nil || time.Since(r.last) > 3*time.Second {
+		cs, rc, err := tenantClientE(r.c, r.cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("refreshing the admin kubeconfig: %w", err)
+		}
+		r.cs, r.rc, r.last = cs, rc, time.Now()
+	}
+	return r.cs, r.rc, nil
+}
+
+// Scenario 4: serving certificate renewal, CA rotation and service-account
+// key rotation while clients call the tenant: no request fails, the
+// serving renewal restarts nothing, and a token issued before the
+// service-account key rotation keeps working through the overlap.
+func TestOperator_RotationsFailNoRequest(t *testing.T) {
+	installOperator(t)
+	c := ctrlClient(t)
+	ns := tenantNamespace(t)
+	cfg := localTenant(t, ns, "rotated")
+	cfg.Spec.MasterCount = ptrTo[int32](2)
+	if err := c.Create(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, cfg, 3*time.Minute)
+	tenant, _ := tenantClient(t, c, cfg)
+	waitReachable(t, tenant)
+	ctx := context.Background()
+
+	// A token issued before any rotation, and a client using it.
+	if _, err := tenant.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "long-lived"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tenant.CoreV1().ServiceAccounts("default").CreateToken(ctx, "long-lived",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo[int64](7200)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := &refreshingClient{c: c, cfg: cfg}
+	adminLoop := startClientLoop(func(ctx context.Context) error {
+		cs, _, err := admin.get()
+		if err != nil {
+			return err
+		}
+		_, err = cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		return err
+	}, 200*time.Millisecond)
+	tokenLoop := startClientLoop(func(ctx context.Context) error {
+		_, current, err := admin.get()
+		if err != nil {
+			return err
+		}
+		tc := rest.AnonymousClientConfig(current)
+		tc.BearerToken = tr.Status.Token
+		cs, err := kubernetes.NewForConfig(tc)
+		if err != nil {
+			return err
+		}
+		r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if r.Status.UserInfo.Username != "system:serviceaccount:default:long-lived" {
+			return fmt.Errorf("the token authenticates as %q", r.Status.UserInfo.Username)
+		}
+		return nil
+	}, 500*time.Millisecond)
+
+	// Serving certificate: a new SAN renews it; kube-apiserver re-reads it.
+	pods := podUIDs(t, c, cfg)
+	managementKubectl(t, "-n", ns, "patch", "asc/rotated", "--type=merge", "-p", `{"spec":{"serving":{"extraSANs":["rotated.example.com"]}}}`)
+	waitReady(t, c, cfg, 3*time.Minute)
+	time.Sleep(5 * time.Second)
+	if after := podUIDs(t, c, cfg); fmt.Sprint(after) != fmt.Sprint(pods) {
+		t.Errorf("renewing the serving certificate restarted apiservers: %v -> %v", pods, after)
+	}
+
+	// Service-account key, all four phases (overlap 24h by default: the
+	// old key stays trusted past this test, as it should).
+	start := time.Now()
+	managementKubectl(t, "-n", ns, "annotate", "asc/rotated", v1alpha1.RotateServiceAccountKeyAnnotation+"=e2e")
+	waitPhase(t, c, cfg, "service-account-key", "SignWithNew", 5*time.Minute)
+	waitReady(t, c, cfg, 3*time.Minute)
+	t.Logf("service-account key rotation to SignWithNew (two rollouts) in %s", time.Since(start).Round(time.Second))
+
+	// CA: trusted beside the old one, then signing; leaves reissued.
+	start = time.Now()
+	managementKubectl(t, "-n", ns, "annotate", "asc/rotated", v1alpha1.RotateCAAnnotation+"=e2e")
+	waitPhase(t, c, cfg, "ca", "SignWithNew", 6*time.Minute)
+	waitReady(t, c, cfg, 3*time.Minute)
+	t.Logf("CA rotation to SignWithNew in %s", time.Since(start).Round(time.Second))
+	time.Sleep(10 * time.Second)
+
+	adminLoop.finish(t, "admin client during the rotations")
+	tokenLoop.finish(t, "client with a token issued before the rotations")
+}
+
+func ptrTo[T any](v T) *T { return &v }
