@@ -62,6 +62,9 @@ func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
 		spec.CacheSizing.Policy = v1alpha1.CacheSizingStatic
 	}
 	setBool(&spec.CacheSizing.WatchCache, true)
+	setDuration(&spec.CacheSizing.ObservationInterval, 5*time.Minute)
+	setInt32Ptr(&spec.CacheSizing.ResizeThresholdPercent, 20)
+	setDuration(&spec.CacheSizing.MinResizeInterval, 10*time.Minute)
 
 	setDuration(&spec.Certificates.Validity, 8760*time.Hour)
 	setDuration(&spec.Certificates.CAValidity, 87600*time.Hour)

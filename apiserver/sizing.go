@@ -172,9 +172,6 @@ type ResizePolicy struct {
 	MinInterval time.Duration
 }
 
-// DefaultResizePolicy resizes on a 20% change, at most every 10 minutes.
-var DefaultResizePolicy = ResizePolicy{Threshold: 0.2, MinInterval: 10 * time.Minute}
-
 // DecideResize reports whether Auto sizing should move from the counts it
 // was sized for (nil: never sized) to the observed ones at now, given
 // when it last resized.

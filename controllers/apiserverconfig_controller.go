@@ -61,9 +61,6 @@ const (
 	rotationRequeue = time.Second
 	// etcdRetryInterval is how soon an unreachable etcd is checked again.
 	etcdRetryInterval = 30 * time.Second
-	// defaultAutoSizingInterval is how often Auto sizing counts nodes and
-	// pods.
-	defaultAutoSizingInterval = 5 * time.Minute
 )
 
 // ApiServerConfigReconciler turns an ApiServerConfig into running
@@ -84,10 +81,10 @@ type ApiServerConfigReconciler struct {
 	Etcd EtcdClient
 	// ImageRepository overrides apiserver.DefaultImageRepository.
 	ImageRepository string
-	// ResizePolicy bounds Auto cache sizing.
-	ResizePolicy apiserver.ResizePolicy
-	// AutoSizingInterval is how often Auto sizing counts nodes and pods
-	// (defaultAutoSizingInterval when zero).
+	// ResizePolicy and AutoSizingInterval override, when set, the Auto
+	// sizing settings of every spec (spec.cacheSizing's
+	// resizeThresholdPercent, minResizeInterval, observationInterval).
+	ResizePolicy       apiserver.ResizePolicy
 	AutoSizingInterval time.Duration
 	// CATrustPropagation is the least time a new CA is trusted before it
 	// signs (defaultCATrustPropagation when zero).
@@ -131,12 +128,6 @@ func (r *ApiServerConfigReconciler) trackTimeToReady(cfg *v1alpha1.ApiServerConf
 func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
-	}
-	if r.AutoSizingInterval == 0 {
-		r.AutoSizingInterval = defaultAutoSizingInterval
-	}
-	if r.ResizePolicy == (apiserver.ResizePolicy{}) {
-		r.ResizePolicy = apiserver.DefaultResizePolicy
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ApiServerConfig{}, builder.WithPredicates(predicate.Or(
@@ -256,7 +247,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			log.Info("etcd is unreachable", "apiServerConfig", klog.KObj(cfg), "error", obs.etcdErr.Error())
 			requeue = etcdRetryInterval
 		} else if c.Spec.CacheSizing.Policy == v1alpha1.CacheSizingAuto {
-			resized, next, err := r.observeClusterSize(ctx, cfg, &c.Spec.Etcd, tlsConfig, now)
+			resized, next, err := r.observeClusterSize(ctx, cfg, c, tlsConfig, now)
 			if err != nil {
 				log.Info("Counting the tenant's nodes and pods failed", "apiServerConfig", klog.KObj(cfg), "error", err.Error())
 			}
@@ -399,22 +390,32 @@ func sizingStatus(prev *v1alpha1.CacheSizingStatus, s apiserver.Sizing) *v1alpha
 // every r.AutoSizingInterval, and moves the counts the sizing is computed
 // from when apiserver.DecideResize says so. It returns whether they moved
 // and when to count again.
-func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec, tlsConfig *tls.Config, now time.Time) (bool, time.Duration, error) {
+func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, tlsConfig *tls.Config, now time.Time) (bool, time.Duration, error) {
+	spec := &c.Spec.Etcd
+	cs := c.Spec.CacheSizing
+	interval := cs.ObservationInterval.Duration
+	policy := apiserver.ResizePolicy{Threshold: float64(*cs.ResizeThresholdPercent) / 100, MinInterval: cs.MinResizeInterval.Duration}
+	if r.AutoSizingInterval > 0 {
+		interval = r.AutoSizingInterval
+	}
+	if r.ResizePolicy != (apiserver.ResizePolicy{}) {
+		policy = r.ResizePolicy
+	}
 	st := cfg.Status.CacheSizing
 	if st == nil {
 		st = &v1alpha1.CacheSizingStatus{}
 		cfg.Status.CacheSizing = st
 	}
-	if st.ObservationTime != nil && now.Sub(st.ObservationTime.Time) < r.AutoSizingInterval {
-		return false, r.AutoSizingInterval - now.Sub(st.ObservationTime.Time), nil
+	if st.ObservationTime != nil && now.Sub(st.ObservationTime.Time) < interval {
+		return false, interval - now.Sub(st.ObservationTime.Time), nil
 	}
 	nodes, err := r.Etcd.Count(ctx, serversOf(spec, "nodes"), tlsConfig, spec.Prefix+"/minions/")
 	if err != nil {
-		return false, r.AutoSizingInterval, err
+		return false, interval, err
 	}
 	pods, err := r.Etcd.Count(ctx, serversOf(spec, "pods"), tlsConfig, spec.Prefix+"/pods/")
 	if err != nil {
-		return false, r.AutoSizingInterval, err
+		return false, interval, err
 	}
 	st.ObservedNodes, st.ObservedPods = &nodes[0], &pods[0]
 	st.ObservationTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
@@ -422,14 +423,14 @@ func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg 
 	if st.LastResizeTime != nil {
 		last = &st.LastResizeTime.Time
 	}
-	if !apiserver.DecideResize(st.SizedForNodes, st.SizedForPods, last, nodes[0], pods[0], now, r.ResizePolicy) {
-		return false, r.AutoSizingInterval, nil
+	if !apiserver.DecideResize(st.SizedForNodes, st.SizedForPods, last, nodes[0], pods[0], now, policy) {
+		return false, interval, nil
 	}
 	st.SizedForNodes, st.SizedForPods = &nodes[0], &pods[0]
 	st.LastResizeTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
 	sizingDecisions.WithLabelValues(cfg.Namespace, cfg.Name).Inc()
 	r.event(cfg, corev1.EventTypeNormal, "Resized", "Resize", "Sized for %d nodes and %d pods observed in etcd", nodes[0], pods[0])
-	return true, r.AutoSizingInterval, nil
+	return true, interval, nil
 }
 
 // oidcCA reads the OIDC issuer's CA from the ConfigMap the spec names.

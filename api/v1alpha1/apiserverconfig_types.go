@@ -656,6 +656,31 @@ type CacheSizingSpec struct {
 	// +optional
 	WatchCache *bool `json:"watchCache,omitempty"`
 
+	// ObservationInterval is how often Auto counts the tenant's nodes and
+	// pods in etcd (count-only reads).
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s')",message="must be at least 5s"
+	// +optional
+	ObservationInterval *metav1.Duration `json:"observationInterval,omitempty"`
+
+	// ResizeThresholdPercent is the change of the observed size below which
+	// Auto does not resize, so that small changes roll nothing.
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=500
+	// +optional
+	ResizeThresholdPercent *int32 `json:"resizeThresholdPercent,omitempty"`
+
+	// MinResizeInterval is the least time between two resizes.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s')",message="must be at least 5s"
+	// +optional
+	MinResizeInterval *metav1.Duration `json:"minResizeInterval,omitempty"`
+
 	// DisabledResources have their watch cache turned off
 	// (--watch-cache-sizes=<resource>#0).
 	// +kubebuilder:validation:MaxItems=64

@@ -355,6 +355,21 @@ func (in *CacheSizingSpec) DeepCopyInto(out *CacheSizingSpec) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.ObservationInterval != nil {
+		in, out := &in.ObservationInterval, &out.ObservationInterval
+		*out = new(v1.Duration)
+		**out = **in
+	}
+	if in.ResizeThresholdPercent != nil {
+		in, out := &in.ResizeThresholdPercent, &out.ResizeThresholdPercent
+		*out = new(int32)
+		**out = **in
+	}
+	if in.MinResizeInterval != nil {
+		in, out := &in.MinResizeInterval, &out.MinResizeInterval
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.DisabledResources != nil {
 		in, out := &in.DisabledResources, &out.DisabledResources
 		*out = make([]GroupResource, len(*in))

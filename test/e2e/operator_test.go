@@ -79,6 +79,24 @@ func installOperator(t *testing.T) {
 	if installErr != nil {
 		t.Fatal(installErr)
 	}
+	waitForWebhook(t)
+}
+
+// waitForWebhook waits until the operator's admission webhook answers (a
+// server-side dry run of a valid object passes): after the operator's pods
+// restart, creates fail until it does.
+func waitForWebhook(t *testing.T) {
+	t.Helper()
+	c := ctrlClient(t)
+	probe := localTenant(t, "default", "webhook-probe")
+	var err error
+	for range 120 {
+		if err = c.Create(context.Background(), probe.DeepCopy(), client.DryRunAll); err == nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("the operator's webhook does not answer: %v", err)
 }
 
 // ctrlClient is a controller-runtime client of the management cluster.
@@ -182,6 +200,9 @@ func tenantClientE(c client.Client, cfg *v1alpha1.ApiServerConfig) (*kubernetes.
 	rc.TLSClientConfig.ServerName = apiserver.ServiceName(cfg.Name) + "." + cfg.Namespace + ".svc"
 	rc.Host = fmt.Sprintf("https://%s:%d", cluster.NodeIP(), svc.Spec.Ports[0].NodePort)
 	rc.Timeout = 5 * time.Second
+	// Tests create hundreds of objects; client-go's default of 5 requests a
+	// second would make them crawl.
+	rc.QPS, rc.Burst = 200, 400
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, err

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/apiserver-operator/apiserver-operator/test/localcluster"
 )
 
@@ -26,6 +29,8 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
+	// controller-runtime's client logs nothing the tests need.
+	ctrllog.SetLogger(logr.Discard())
 	dir := envOr("LOCALCLUSTER_DIR", localcluster.DefaultDir)
 	binDir := envOr("LOCALCLUSTER_BIN_DIR", "../../bin")
 	imagesDir := envOr("LOCALCLUSTER_IMAGES_DIR", filepath.Join(binDir, "images"))

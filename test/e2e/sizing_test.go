@@ -1,0 +1,126 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// replicaSets counts the ReplicaSets of cfg's Deployment: one per rollout.
+func replicaSets(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig) int {
+	t.Helper()
+	list := &appsv1.ReplicaSetList{}
+	if err := c.List(context.Background(), list, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+func deploymentArg(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, env string) string {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, d); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == env {
+			return e.Value
+		}
+	}
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if len(a) > len(env)+3 && a[:len(env)+3] == "--"+env+"=" {
+			return a[len(env)+3:]
+		}
+	}
+	return ""
+}
+
+// expectQuiet checks that no new rollout happens during window.
+func expectQuiet(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, want int, window time.Duration) {
+	t.Helper()
+	time.Sleep(window)
+	if got := replicaSets(t, c, cfg); got != want {
+		t.Fatalf("%d rollouts where %d were expected: the sizing keeps moving", got, want)
+	}
+}
+
+// Scenario 5: a higher memory limit gives exactly one rollout with the new
+// sizing, then quiet; under Auto, the nodes of the tenant, counted in etcd,
+// give one resize, then quiet while the operator keeps observing.
+func TestOperator_CacheSizingRollsOnceAndSettles(t *testing.T) {
+	installOperator(t)
+	c := ctrlClient(t)
+	ns := tenantNamespace(t)
+	cfg := localTenant(t, ns, "sized")
+	cfg.Spec.CacheSizing.ObservationInterval = &metav1.Duration{Duration: 5 * time.Second}
+	cfg.Spec.CacheSizing.MinResizeInterval = &metav1.Duration{Duration: 5 * time.Second}
+	if err := c.Create(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, cfg, 3*time.Minute)
+	rollouts := replicaSets(t, c, cfg)
+	before := deploymentArg(t, c, cfg, "GOMEMLIMIT")
+
+	// A higher memory limit: a new GOMEMLIMIT and capacity, one rollout.
+	patch := `{"spec":{"resources":{"limits":{"memory":"64Gi"},"requests":{"memory":"256Mi"}}}}`
+	managementKubectl(t, "-n", ns, "patch", "asc/sized", "--type=merge", "-p", patch)
+	waitReady(t, c, cfg, 3*time.Minute)
+	after := deploymentArg(t, c, cfg, "GOMEMLIMIT")
+	limit := resource.MustParse("64Gi")
+	want := fmt.Sprint(limit.Value() / 100 * apiserver.GoMemLimitPercent)
+	if after != want || after == before {
+		t.Fatalf("GOMEMLIMIT went from %s to %s, want %s", before, after, want)
+	}
+	rollouts++
+	if got := replicaSets(t, c, cfg); got != rollouts {
+		t.Fatalf("raising the memory limit made %d rollouts, want 1", got-rollouts+1)
+	}
+	expectQuiet(t, c, cfg, rollouts, 15*time.Second)
+
+	// 600 nodes join the tenant; switched to Auto, the operator counts them
+	// in etcd and resizes once.
+	tenant, _ := tenantClient(t, c, cfg)
+	waitReachable(t, tenant)
+	start := time.Now()
+	for i := range 600 {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%03d", i)}}
+		if _, err := tenant.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating node %d in the tenant: %v", i, err)
+		}
+	}
+	t.Logf("600 Node objects created in the tenant in %s", time.Since(start).Round(100*time.Millisecond))
+	managementKubectl(t, "-n", ns, "patch", "asc/sized", "--type=merge", "-p", `{"spec":{"cacheSizing":{"policy":"Auto"}}}`)
+	deadline := time.Now().Add(2 * time.Minute)
+	// 600 nodes: 400 + 2600 x 100/4500, rounded to tens.
+	for deploymentArg(t, c, cfg, "max-requests-inflight") != "460" {
+		if time.Now().After(deadline) {
+			t.Fatalf("not resized for 600 nodes: --max-requests-inflight=%s", deploymentArg(t, c, cfg, "max-requests-inflight"))
+		}
+		time.Sleep(time.Second)
+	}
+	waitReady(t, c, cfg, 3*time.Minute)
+	got := &v1alpha1.ApiServerConfig{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(cfg), got); err != nil {
+		t.Fatal(err)
+	}
+	if s := got.Status.CacheSizing; s == nil || s.SizedForNodes == nil || *s.SizedForNodes != 600 || s.EstimatedClusterSize != 600 {
+		t.Fatalf("status does not show the sizing for 600 nodes: %+v", got.Status.CacheSizing)
+	}
+	rollouts++
+	if n := replicaSets(t, c, cfg); n != rollouts {
+		t.Fatalf("600 new nodes made %d rollouts, want 1", n-rollouts+1)
+	}
+	expectQuiet(t, c, cfg, rollouts, 20*time.Second)
+}
