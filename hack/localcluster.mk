@@ -79,3 +79,40 @@ test-e2e: localcluster-binaries ## Run the end-to-end tests on a local cluster t
 	LOCALCLUSTER_DIR=$(LOCALCLUSTER_DIR) LOCALCLUSTER_BIN_DIR=$(LOCALBIN) LOCALCLUSTER_IMAGES_DIR=$(IMAGES_DIR) \
 		go test -tags e2e ./test/e2e/... -count=1 -timeout 30m -v \
 		|| { rc=$$?; $(LOCALCLUSTER) down --dir $(LOCALCLUSTER_DIR); exit $$rc; }
+
+##@ Try it
+
+LOCAL_KUBECONFIG := $(LOCALCLUSTER_DIR)/config/admin.kubeconfig
+TENANT_KUBECONFIG := $(LOCALCLUSTER_DIR)/tenant.kubeconfig
+LOCAL_SAMPLE := config/samples/controlplane_v1alpha1_apiserverconfig_localcluster.yaml
+
+.PHONY: local-up
+local-up: localcluster-binaries $(KUSTOMIZE) ## Build what is missing, start the local cluster, install the operator, create a tenant and wait for it (needs root).
+	@echo "==> Starting the local one-node cluster"
+	$(LOCALCLUSTER) up --dir $(LOCALCLUSTER_DIR) --bin-dir $(LOCALBIN) --images-dir $(IMAGES_DIR)
+	@echo "==> Installing the operator: kustomize build config/default | kubectl apply -f -"
+	$(KUSTOMIZE) build config/default | $(KUBECTL) --kubeconfig $(LOCAL_KUBECONFIG) apply --server-side -f - >/dev/null
+	$(KUBECTL) --kubeconfig $(LOCAL_KUBECONFIG) -n apiserver-operator-system rollout restart deployment/apiserver-operator-controller-manager >/dev/null
+	$(KUBECTL) --kubeconfig $(LOCAL_KUBECONFIG) -n apiserver-operator-system rollout status deployment/apiserver-operator-controller-manager --timeout=180s
+	@echo "==> Creating the tenant of $(LOCAL_SAMPLE)"
+	@for i in $$(seq 1 60); do \
+		$(KUBECTL) --kubeconfig $(LOCAL_KUBECONFIG) apply -f $(LOCAL_SAMPLE) >/dev/null 2>&1 && break; \
+		[ $$i = 60 ] && { $(KUBECTL) --kubeconfig $(LOCAL_KUBECONFIG) apply -f $(LOCAL_SAMPLE); exit 1; }; sleep 1; \
+	done
+	$(KUBECTL) --kubeconfig $(LOCAL_KUBECONFIG) wait apiserverconfig/tenant --for=condition=Ready --timeout=180s
+	@$(KUBECTL) --kubeconfig $(LOCAL_KUBECONFIG) get secret tenant-admin-kubeconfig -o jsonpath='{.data.value}' | base64 -d > $(TENANT_KUBECONFIG)
+	@chmod 600 $(TENANT_KUBECONFIG)
+	@port=$$($(KUBECTL) --kubeconfig $(LOCAL_KUBECONFIG) get service tenant-apiserver -o jsonpath='{.spec.ports[0].nodePort}'); \
+	$(KUBECTL) --kubeconfig $(TENANT_KUBECONFIG) config set-cluster tenant --server=https://10.77.0.2:$$port --tls-server-name=tenant-apiserver.default.svc >/dev/null
+	@$(KUBECTL) --kubeconfig $(LOCAL_KUBECONFIG) get apiserverconfigs
+	@echo
+	@echo "The tenant control plane is Ready. Use it with:"
+	@echo "  bin/kubectl --kubeconfig $(TENANT_KUBECONFIG) get namespaces"
+	@echo "The management cluster, where the operator and the ApiServerConfig live:"
+	@echo "  bin/kubectl --kubeconfig $(LOCAL_KUBECONFIG) get apiserverconfigs"
+	@echo "Scale it:     bin/kubectl --kubeconfig $(LOCAL_KUBECONFIG) scale apiserverconfig/tenant --replicas=3"
+	@echo "Remove it all: make local-down"
+
+.PHONY: local-down
+local-down: cluster-down ## Stop the local cluster and remove everything local-up created.
+	rm -f $(TENANT_KUBECONFIG)
