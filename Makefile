@@ -51,6 +51,7 @@ help: ## Show this help.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests into config/.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+	go run ./hack/api-docs
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) catalogs ## Generate the deepcopy code of the API types and the catalogs of the bundled kube-apiserver.
@@ -91,8 +92,8 @@ test: manifests generate fmt vet bundled ## Run unit tests and the suite against
 .PHONY: verify
 verify: manifests generate fmt ## Regenerate everything and fail if the tree changed.
 	@grep -q 'k8s.io/kubernetes $(KUBE_VERSION)' $(BUNDLED_DIR)/go.mod || { echo "KUBE_VERSION $(KUBE_VERSION) does not match $(BUNDLED_DIR)/go.mod"; exit 1; }
-	@git diff --exit-code -- api config controllers apiserver PROJECT || { echo "Generated files are stale: run make manifests generate fmt and commit the result"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config controllers apiserver)" || { git status --porcelain -- api config controllers apiserver; echo "Untracked generated files: commit them"; exit 1; }
+	@git diff --exit-code -- api config controllers apiserver docs PROJECT || { echo "Generated files are stale: run make manifests generate fmt and commit the result"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config controllers apiserver docs)" || { git status --porcelain -- api config controllers apiserver docs; echo "Untracked generated files: commit them"; exit 1; }
 
 ##@ Build
 
@@ -156,3 +157,4 @@ ln -sf $$(basename $(1)) $(patsubst %-$(3),%,$(1))
 endef
 
 include hack/localcluster.mk
+include hack/bundle.mk

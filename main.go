@@ -32,6 +32,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "render" {
+		if err := runRender(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "apiserver-operator render: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctrl.SetupSignalHandler(), flag.CommandLine, os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "apiserver-operator: %v\n", err)
 		os.Exit(1)

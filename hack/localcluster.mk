@@ -116,3 +116,18 @@ local-up: localcluster-binaries $(KUSTOMIZE) ## Build what is missing, start the
 .PHONY: local-down
 local-down: cluster-down ## Stop the local cluster and remove everything local-up created.
 	rm -f $(TENANT_KUBECONFIG)
+
+##@ Images
+
+.PHONY: images
+images: $(IMAGES_DIR)/operator.tar $(IMAGES_DIR)/kube-apiserver.tar ## Write the operator and bundled kube-apiserver images as OCI tarballs into bin/images (no Docker).
+
+# REGISTRY is where image-push sends the images, such as
+# registry.example.com/platform; INSECURE=1 allows a plain-HTTP registry.
+REGISTRY ?=
+IMAGE_TAG ?= dev
+.PHONY: image-push
+image-push: images ## Push the images to $(REGISTRY): make image-push REGISTRY=registry.example.com/platform
+	@test -n "$(REGISTRY)" || { echo "Set REGISTRY, for example make image-push REGISTRY=registry.example.com/platform"; exit 1; }
+	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/operator.tar --ref $(REGISTRY)/apiserver-operator/manager:$(IMAGE_TAG) $(if $(INSECURE),--insecure)
+	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/kube-apiserver.tar --ref $(REGISTRY)/apiserver-operator/kube-apiserver:$(KUBE_VERSION) $(if $(INSECURE),--insecure)

@@ -392,8 +392,9 @@ type ServiceSpec struct {
 
 // AuthenticationSpec configures authentication.
 type AuthenticationSpec struct {
-	// Anonymous allows unauthenticated requests (--anonymous-auth). Off by
-	// default, as CIS 1.2.1 recommends; the operator's probes authenticate.
+	// Anonymous allows unauthenticated requests everywhere. Off by default,
+	// as CIS 1.2.1 recommends: only /livez, /readyz and /healthz then answer
+	// without credentials, so that kubelet's probes work.
 	// +kubebuilder:default=false
 	// +optional
 	Anonymous *bool `json:"anonymous,omitempty"`

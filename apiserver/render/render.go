@@ -1,0 +1,217 @@
+// Package render shows, with no cluster, what the operator would apply for
+// an ApiServerConfig manifest: the kube-apiserver command line and the
+// objects, with secret material left out, byte-stable so that a GitOps pull
+// request can show their diff. The manifest is defaulted and validated as
+// admission would (the CRD's schema and CEL rules, then the webhook's checks
+// against the bundled kube-apiserver), with the same messages.
+package render
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"sigs.k8s.io/yaml"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// Options are the facts rendering cannot know offline.
+type Options struct {
+	// CRD is the ApiServerConfig CustomResourceDefinition (YAML), whose
+	// schema, defaults and rules admission applies.
+	CRD []byte
+	// Inputs are what the cluster would tell (the Service's ClusterIP...).
+	Inputs apiserver.Inputs
+	// ImageRepository is the operator's --apiserver-image-repository.
+	ImageRepository string
+}
+
+// redacted stands for secret material, which rendering never generates.
+const redacted = "<generated in the cluster>"
+
+// Render writes what the operator would apply for manifest to w. An invalid
+// manifest gives an error with the messages admission would give.
+func Render(w io.Writer, manifest []byte, opts Options) error {
+	cfg, err := admit(manifest, opts.CRD)
+	if err != nil {
+		return err
+	}
+	c, err := apiserver.Complete(cfg, opts.Inputs)
+	if err != nil {
+		return err
+	}
+	args, err := apiserver.Args(c)
+	if err != nil {
+		return err
+	}
+	cm, err := apiserver.DesiredConfigMap(c, nil)
+	if err != nil {
+		return err
+	}
+	// The pod template's hash covers secret material too: it is known only
+	// in the cluster.
+	deploy, err := apiserver.DesiredDeployment(c, args, apiserver.DeploymentInputs{ConfigHash: redacted, ImageRepository: opts.ImageRepository})
+	if err != nil {
+		return err
+	}
+
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "# kube-apiserver %s command line for %s/%s\n", c.Spec.Version, cfg.Namespace, cfg.Name)
+	fmt.Fprintf(&out, "#   kube-apiserver \\\n")
+	for i, a := range args {
+		sep := " \\"
+		if i == len(args)-1 {
+			sep = ""
+		}
+		fmt.Fprintf(&out, "#     %s%s\n", a, sep)
+	}
+	objs := []any{apiserver.DesiredService(c), cm, deploy}
+	if pdb := apiserver.DesiredPodDisruptionBudget(c); pdb != nil {
+		objs = append(objs, pdb)
+	}
+	for _, s := range secretShapes(c) {
+		objs = append(objs, s)
+	}
+	for _, o := range objs {
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			return fmt.Errorf("writing %T: %w", o, err)
+		}
+		out.WriteString("---\n")
+		out.Write(data)
+	}
+	_, err = w.Write(out.Bytes())
+	return err
+}
+
+// secretShapes are the Secrets the operator creates, with their keys and no
+// material.
+func secretShapes(c *apiserver.Completed) []*corev1.Secret {
+	n := c.Name
+	shapes := map[string][]string{
+		apiserver.CASecretName(n):               {corev1.TLSCertKey, corev1.TLSPrivateKeyKey, apiserver.CABundleKey},
+		apiserver.ServingSecretName(n):          {corev1.TLSCertKey, corev1.TLSPrivateKeyKey},
+		apiserver.KubeletClientSecretName(n):    {corev1.TLSCertKey, corev1.TLSPrivateKeyKey},
+		apiserver.FrontProxyCASecretName(n):     {corev1.TLSCertKey, corev1.TLSPrivateKeyKey, apiserver.CABundleKey},
+		apiserver.FrontProxyClientSecretName(n): {corev1.TLSCertKey, corev1.TLSPrivateKeyKey},
+		apiserver.ServiceAccountSecretName(n):   {apiserver.ServiceAccountPrivateKeyKey, apiserver.ServiceAccountPublicKeysKey},
+		apiserver.AdminKubeconfigSecretName(n):  {apiserver.KubeconfigKey},
+	}
+	if e := c.Spec.Encryption; e != nil && e.Provider != "" {
+		shapes[apiserver.EncryptionSecretName(n)] = []string{apiserver.EncryptionConfigKey}
+	}
+	names := make([]string, 0, len(shapes))
+	for name := range shapes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []*corev1.Secret
+	for _, name := range names {
+		s := &corev1.Secret{}
+		s.APIVersion, s.Kind = "v1", "Secret"
+		s.Name, s.Namespace = name, c.Namespace
+		s.StringData = map[string]string{}
+		for _, k := range shapes[name] {
+			s.StringData[k] = redacted
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// admit defaults and validates manifest as the API server and the webhook
+// would, and returns the typed object.
+func admit(manifest, crdYAML []byte) (*v1alpha1.ApiServerConfig, error) {
+	u := &unstructured.Unstructured{}
+	if err := yaml.UnmarshalStrict(manifest, &u.Object); err != nil {
+		return nil, fmt.Errorf("reading the manifest: %w", err)
+	}
+	gvk := u.GroupVersionKind()
+	if gvk != v1alpha1.GroupVersion.WithKind("ApiServerConfig") {
+		return nil, fmt.Errorf("the manifest is a %s, not an ApiServerConfig of %s", gvk, v1alpha1.GroupVersion)
+	}
+	if u.GetNamespace() == "" {
+		u.SetNamespace("default")
+	}
+
+	schema, err := crdSchema(crdYAML)
+	if err != nil {
+		return nil, err
+	}
+	structural, err := structuralschema.NewStructural(schema)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CRD's schema: %w", err)
+	}
+	structuraldefaulting.Default(u.Object, structural)
+
+	validator, _, err := validation.NewSchemaValidator(schema)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CRD's schema: %w", err)
+	}
+	errs := validation.ValidateCustomResource(nil, u.Object, validator)
+	celErrs, _ := cel.NewValidator(structural, true, celconfig.PerCallLimit).
+		Validate(context.Background(), nil, structural, u.Object, nil, celconfig.RuntimeCELCostBudget)
+	errs = append(errs, celErrs...)
+	if len(errs) > 0 {
+		return nil, invalid(u.GetName(), errs)
+	}
+
+	cfg := &v1alpha1.ApiServerConfig{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cfg); err != nil {
+		return nil, fmt.Errorf("reading the manifest: %w", err)
+	}
+	if errs, warnings := apiserver.Validate(cfg); len(errs) > 0 {
+		return nil, invalid(cfg.Name, errs)
+	} else if len(warnings) > 0 {
+		for _, w := range warnings {
+			fmt.Fprintf(warningWriter, "Warning: %s\n", w)
+		}
+	}
+	return cfg, nil
+}
+
+// warningWriter receives admission warnings (standard error in the CLI).
+var warningWriter io.Writer = io.Discard
+
+// SetWarningWriter sends admission warnings to w.
+func SetWarningWriter(w io.Writer) { warningWriter = w }
+
+func invalid(name string, errs field.ErrorList) error {
+	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("ApiServerConfig").GroupKind(), name, errs)
+}
+
+// crdSchema is the internal schema of the CRD's served version.
+func crdSchema(crdYAML []byte) (*apiextensions.JSONSchemaProps, error) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(crdYAML, crd); err != nil {
+		return nil, fmt.Errorf("reading the CRD: %w", err)
+	}
+	for _, v := range crd.Spec.Versions {
+		if v.Name != v1alpha1.GroupVersion.Version || v.Schema == nil {
+			continue
+		}
+		out := &apiextensions.JSONSchemaProps{}
+		if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, out, nil); err != nil {
+			return nil, fmt.Errorf("reading the CRD's schema: %w", err)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("the CRD has no schema for %s", strings.TrimSpace(v1alpha1.GroupVersion.Version))
+}

@@ -1,0 +1,92 @@
+package render
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/ with the current output")
+
+func crd(t *testing.T) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "controlplane.apiserver-operator.dev_apiserverconfigs.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestRender_SampleGoldenAndStable(t *testing.T) {
+	manifest, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "controlplane_v1alpha1_apiserverconfig_ha.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, second bytes.Buffer
+	if err := Render(&first, manifest, Options{CRD: crd(t)}); err != nil {
+		t.Fatalf("rendering the HA sample: %v", err)
+	}
+	if err := Render(&second, manifest, Options{CRD: crd(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first.Bytes(), second.Bytes()) {
+		t.Fatal("two renderings of one manifest differ")
+	}
+	out := first.String()
+	for _, secret := range []string{"PRIVATE KEY", "BEGIN CERTIFICATE", "client-key-data"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("the rendering holds secret material (%s)", secret)
+		}
+	}
+	// The defaults admission applies are in the output.
+	for _, want := range []string{"--audit-log-maxage=30", "--etcd-prefix=/tenants/ha", "--authorization-mode=Node,RBAC", "kind: PodDisruptionBudget"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the rendering lacks %q", want)
+		}
+	}
+	golden := filepath.Join("testdata", "ha.yaml")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, first.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("reading %s (go test ./apiserver/render/ -update writes it): %v", golden, err)
+	}
+	if diff := cmp.Diff(string(want), out); diff != "" {
+		t.Fatalf("the rendering differs from %s (-want +got):\n%s", golden, diff)
+	}
+}
+
+// The messages are the ones kubectl prints when admission refuses the
+// same manifest (see the API and webhook tests against a real apiserver).
+func TestRender_RefusesWhatAdmissionRefuses(t *testing.T) {
+	base := "apiVersion: controlplane.apiserver-operator.dev/v1alpha1\nkind: ApiServerConfig\nmetadata:\n  name: bad\nspec:\n  etcd:\n    servers: [\"https://e:2379\"]\n"
+	cases := map[string]string{
+		"  serviceClusterIPRange: [\"10.96.0.0/30\"]\n":                   `spec.serviceClusterIPRange[0]: Invalid value: "10.96.0.0/30": must hold at least 8 addresses`,
+		"  extraArgs:\n  - name: enable-admision-plugins\n    value: x\n": `spec.extraArgs[0].name: Invalid value: "enable-admision-plugins": kube-apiserver v1.37.1 has no flag --enable-admision-plugins, did you mean --enable-admission-plugins?`,
+		"  masterCount: -1\n": "spec.masterCount: Invalid value: -1: spec.masterCount in body should be greater than or equal to 0",
+		"  serving:\n    tls:\n      minVersion: VersionTLS10\n":  `spec.serving.tls.minVersion: Unsupported value: "VersionTLS10"`,
+		"  etcd:\n    servers: [\"etcd-0:2379\"]\n":               "spec.etcd.servers[0]: Invalid value: \"etcd-0:2379\": must be an http:// or https:// URL",
+		"  featureGates:\n    MultiCIDRServiceAllocator: false\n": "MultiCIDRServiceAllocator is locked to true in kube-apiserver v1.37.1",
+	}
+	for extra, want := range cases {
+		manifest := base + extra
+		if strings.HasPrefix(extra, "  etcd:") {
+			manifest = strings.Replace(base, "  etcd:\n    servers: [\"https://e:2379\"]\n", extra, 1)
+		}
+		err := Render(&bytes.Buffer{}, []byte(manifest), Options{CRD: crd(t)})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rendering with\n%s\ngave %v\nwant an error saying %s", extra, err, want)
+		}
+	}
+}

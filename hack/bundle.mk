@@ -1,0 +1,27 @@
+# The OLM bundle (operator-sdk's layout) in bundle/ and bundle.Dockerfile,
+# generated from config/manifests (config/default, the samples, the CSV base
+# and the scorecard configuration) by hack/bundle-gen. The generated files are
+# committed; test/bundle runs operator-framework's validators on them and
+# checks that they still match config/.
+# Included at the end of the Makefile, so its variables (KUSTOMIZE,
+# KUBE_VERSION) are visible here.
+
+BUNDLE_VERSION ?= 0.1.0
+BUNDLE_CHANNELS ?= alpha
+BUNDLE_DEFAULT_CHANNEL ?= alpha
+# The kube-apiserver image the operator deploys (its --apiserver-image-repository
+# and the bundled version), listed in the CSV's relatedImages for mirroring.
+BUNDLE_APISERVER_IMAGE ?= localhost/apiserver-operator/kube-apiserver:$(KUBE_VERSION)
+
+##@ OLM bundle
+
+.PHONY: bundle
+bundle: manifests $(KUSTOMIZE) ## Regenerate the OLM bundle in bundle/ and bundle.Dockerfile from config/.
+	$(KUSTOMIZE) build config/manifests | go run ./hack/bundle-gen \
+		-version $(BUNDLE_VERSION) -channels $(BUNDLE_CHANNELS) -default-channel $(BUNDLE_DEFAULT_CHANNEL) \
+		-related-image kube-apiserver=$(BUNDLE_APISERVER_IMAGE) \
+		-output-dir bundle -dockerfile bundle.Dockerfile
+	go test ./test/bundle/ -count=1
+
+# test/bundle renders config/ with kustomize to check the bundle against it.
+test: $(KUSTOMIZE)

@@ -1,0 +1,47 @@
+package main
+
+import (
+	_ "embed"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/render"
+)
+
+// crdYAML is the CRD the binary was built with: render applies its defaults
+// and rules as admission does.
+//
+//go:embed config/crd/bases/controlplane.apiserver-operator.dev_apiserverconfigs.yaml
+var crdYAML []byte
+
+// runRender is the `render` subcommand: `manager render -f tenant.yaml`
+// prints what the operator would apply, with no cluster.
+func runRender(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("render", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("f", "-", "ApiServerConfig manifest to render; - reads standard input.")
+	repo := fs.String("apiserver-image-repository", apiserver.DefaultImageRepository, "Repository of the bundled kube-apiserver image, as the operator is configured.")
+	clusterIP := fs.String("service-cluster-ip", "", "ClusterIP of the apiservers' Service, if known (it goes in the serving certificate).")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var manifest []byte
+	var err error
+	if *file == "-" {
+		manifest, err = io.ReadAll(os.Stdin)
+	} else {
+		manifest, err = os.ReadFile(*file)
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", *file, err)
+	}
+	render.SetWarningWriter(stderr)
+	return render.Render(stdout, manifest, render.Options{
+		CRD:             crdYAML,
+		ImageRepository: *repo,
+		Inputs:          apiserver.Inputs{ServiceClusterIP: *clusterIP},
+	})
+}
