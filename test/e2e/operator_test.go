@@ -311,3 +311,23 @@ func waitReachable(t *testing.T, tenant *kubernetes.Clientset) {
 	}
 	t.Fatalf("the tenant is not reachable through its NodePort: %v", err)
 }
+
+// startTenant installs the operator if needed, creates the local-cluster
+// sample as name in a namespace of its own (changed by mutate), and waits
+// until it is Ready and reachable through its NodePort.
+func startTenant(t *testing.T, name string, mutate func(*v1alpha1.ApiServerConfig)) (client.Client, *v1alpha1.ApiServerConfig, *kubernetes.Clientset) {
+	t.Helper()
+	installOperator(t)
+	c := ctrlClient(t)
+	cfg := localTenant(t, tenantNamespace(t), name)
+	if mutate != nil {
+		mutate(cfg)
+	}
+	if err := c.Create(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, cfg, 3*time.Minute)
+	tenant, _ := tenantClient(t, c, cfg)
+	waitReachable(t, tenant)
+	return c, cfg, tenant
+}

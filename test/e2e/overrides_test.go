@@ -17,16 +17,7 @@ import (
 // Scenario 2: events created in the tenant are stored in the events etcd
 // only, everything else in the main one.
 func TestOperator_EtcdOverridesSplitTheTenantsData(t *testing.T) {
-	installOperator(t)
-	c := ctrlClient(t)
-	ns := tenantNamespace(t)
-	cfg := localTenant(t, ns, "split")
-	if err := c.Create(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, c, cfg, 3*time.Minute)
-	tenant, _ := tenantClient(t, c, cfg)
-	waitReachable(t, tenant)
+	_, cfg, tenant := startTenant(t, "split", nil)
 
 	ctx := context.Background()
 	if _, err := tenant.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "marker"}}, metav1.CreateOptions{}); err != nil {

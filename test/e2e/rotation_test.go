@@ -93,17 +93,8 @@ func (r *refreshingClient) get() (*kubernetes.Clientset, *rest.Config, error) {
 // serving renewal restarts nothing, and a token issued before the
 // service-account key rotation keeps working through the overlap.
 func TestOperator_RotationsFailNoRequest(t *testing.T) {
-	installOperator(t)
-	c := ctrlClient(t)
-	ns := tenantNamespace(t)
-	cfg := localTenant(t, ns, "rotated")
-	cfg.Spec.MasterCount = ptrTo[int32](2)
-	if err := c.Create(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, c, cfg, 3*time.Minute)
-	tenant, _ := tenantClient(t, c, cfg)
-	waitReachable(t, tenant)
+	c, cfg, tenant := startTenant(t, "rotated", func(cfg *v1alpha1.ApiServerConfig) { cfg.Spec.MasterCount = ptrTo[int32](2) })
+	ns := cfg.Namespace
 	ctx := context.Background()
 
 	// A token issued before any rotation, and a client using it.

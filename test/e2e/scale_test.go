@@ -20,16 +20,8 @@ import (
 // through its Service: no request fails; the disruption budget and the
 // tenant's own endpoints follow.
 func TestOperator_KubectlScaleFailsNoRequest(t *testing.T) {
-	installOperator(t)
-	c := ctrlClient(t)
-	ns := tenantNamespace(t)
-	cfg := localTenant(t, ns, "scaled")
-	if err := c.Create(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, c, cfg, 3*time.Minute)
-	tenant, _ := tenantClient(t, c, cfg)
-	waitReachable(t, tenant)
+	c, cfg, tenant := startTenant(t, "scaled", nil)
+	ns := cfg.Namespace
 
 	loop := startClientLoop(func(ctx context.Context) error {
 		_, err := tenant.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
