@@ -199,7 +199,9 @@ func tenantClientE(c client.Client, cfg *v1alpha1.ApiServerConfig) (*kubernetes.
 	}
 	rc.TLSClientConfig.ServerName = apiserver.ServiceName(cfg.Name) + "." + cfg.Namespace + ".svc"
 	rc.Host = fmt.Sprintf("https://%s:%d", cluster.NodeIP(), svc.Spec.Ports[0].NodePort)
-	rc.Timeout = 5 * time.Second
+	// Generous: on 2 shared cores, a rollout of apiservers can make one
+	// request slow; a slow request is not a failed one.
+	rc.Timeout = 15 * time.Second
 	// Tests create hundreds of objects; client-go's default of 5 requests a
 	// second would make them crawl.
 	rc.QPS, rc.Burst = 200, 400
@@ -214,6 +216,7 @@ func tenantClientE(c client.Client, cfg *v1alpha1.ApiServerConfig) (*kubernetes.
 // failed calls, as a user's client would notice them.
 type clientLoop struct {
 	ok, failed atomic.Int64
+	slowest    atomic.Int64 // nanoseconds
 	lastErr    atomic.Value
 	stop       chan struct{}
 	done       chan struct{}
@@ -229,8 +232,13 @@ func startClientLoop(call func(context.Context) error, interval time.Duration) *
 				return
 			default:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := call(ctx); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			start := time.Now()
+			err := call(ctx)
+			if d := int64(time.Since(start)); d > l.slowest.Load() {
+				l.slowest.Store(d)
+			}
+			if err != nil {
 				l.failed.Add(1)
 				l.lastErr.Store(err.Error())
 			} else {
@@ -247,7 +255,7 @@ func (l *clientLoop) finish(t *testing.T, what string) {
 	t.Helper()
 	close(l.stop)
 	<-l.done
-	t.Logf("%s: %d requests, %d failed", what, l.ok.Load()+l.failed.Load(), l.failed.Load())
+	t.Logf("%s: %d requests, %d failed, slowest %s", what, l.ok.Load()+l.failed.Load(), l.failed.Load(), time.Duration(l.slowest.Load()).Round(time.Millisecond))
 	if l.failed.Load() > 0 {
 		t.Errorf("%s: %d of %d requests failed (last: %v)", what, l.failed.Load(), l.ok.Load()+l.failed.Load(), l.lastErr.Load())
 	}
