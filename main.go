@@ -60,6 +60,8 @@ type options struct {
 	webhookService       string
 	webhookConfiguration string
 	imageRepository      string
+	concurrency          int
+	pprofAddr            string
 	metricsCertDir       string
 	zap                  zap.Options
 	leaderElectionID     string
@@ -75,6 +77,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "",
 		"Directory with tls.crt and tls.key for the metrics endpoint; a self-signed certificate is generated when empty.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address to serve Go's /debug/pprof profiles on, such as 127.0.0.1:8082; empty serves none.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false,
 		"Elect a leader so that only one replica of the manager reconciles at a time.")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "",
@@ -87,6 +90,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Serve metrics and webhooks over HTTP/2 as well; off because of the HTTP/2 Stream Cancellation and Rapid Reset CVEs.")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "",
 		"Directory with tls.crt and tls.key for the admission webhook server.")
+	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles,
+		"How many ApiServerConfigs are reconciled at once. Each one is reconciled by one worker at a time.")
 	fs.StringVar(&o.imageRepository, "apiserver-image-repository", apiserver.DefaultImageRepository,
 		"Repository of the bundled kube-apiserver image; its tag is the ApiServerConfig's version.")
 	fs.BoolVar(&o.webhooks, "webhooks", true,
@@ -102,6 +107,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.concurrency < 1 {
+		return nil, fmt.Errorf("--max-concurrent-reconciles is %d: it must be at least 1", o.concurrency)
 	}
 	return o, nil
 }
@@ -144,13 +152,14 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		Metrics:                 metricsOpts,
 		WebhookServer:           webhook.NewServer(webhook.Options{CertDir: o.webhookCertDir, TLSOpts: tlsOpts}),
 		HealthProbeBindAddress:  o.probeAddr,
+		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        o.leaderElectionID,
 		LeaderElectionNamespace: o.leaderElectionNS,
 		// The manager exits as soon as it loses the lease, so a new leader
 		// can start without waiting for this one's caches to drain.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{ByObject: controllers.CacheByObject()},
+		Cache:                         controllers.CacheOptions(),
 	}
 	if o.watchNamespaceFilter != "" {
 		mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{o.watchNamespaceFilter: {}}
@@ -166,12 +175,13 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 
 	reconciler := &controllers.ApiServerConfigReconciler{
-		Client:          mgr.GetClient(),
-		APIReader:       mgr.GetAPIReader(),
-		Scheme:          mgr.GetScheme(),
-		Recorder:        mgr.GetEventRecorder("apiserver-operator"),
-		Etcd:            controllers.EtcdV3{},
-		ImageRepository: o.imageRepository,
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Scheme:                  mgr.GetScheme(),
+		Recorder:                mgr.GetEventRecorder("apiserver-operator"),
+		Etcd:                    controllers.EtcdV3{},
+		ImageRepository:         o.imageRepository,
+		MaxConcurrentReconciles: o.concurrency,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ApiServerConfig controller: %w", err)

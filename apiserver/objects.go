@@ -281,12 +281,14 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		Args:            args,
 		Env:             env,
 		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
-		// Up to 5 minutes to start (a large etcd), then restarted after a
-		// minute without /livez, out of the Service as soon as /readyz
-		// fails.
-		StartupProbe:   probe("/livez", 5, 60),
+		// Up to 5 minutes to start (a large etcd), probed every second so
+		// that a started apiserver joins the Service within a second or
+		// two (kubeadm probes readiness every second too); then restarted
+		// after a minute without /livez, out of the Service 3 seconds
+		// after /readyz fails.
+		StartupProbe:   probe("/livez", 1, 300),
 		LivenessProbe:  probe("/livez", 10, 6),
-		ReadinessProbe: probe("/readyz", 5, 3),
+		ReadinessProbe: probe("/readyz", 1, 3),
 		Resources:      c.Spec.Resources,
 		VolumeMounts:   mounts,
 		SecurityContext: &corev1.SecurityContext{

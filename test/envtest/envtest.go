@@ -62,6 +62,14 @@ func WithWebhooks() Option {
 	}
 }
 
+// WithAPIServerFlag sets a flag of the test kube-apiserver, such as a
+// service-cluster-ip-range wide enough for a thousand Services.
+func WithAPIServerFlag(name, value string) Option {
+	return func(e *crenvtest.Environment) {
+		e.ControlPlane.GetAPIServer().Configure().Set(name, value)
+	}
+}
+
 // Start starts kube-apiserver and etcd from bin/ and installs the CRDs of
 // config/crd/bases. The caller must Stop the returned environment.
 func Start(opts ...Option) (*Environment, error) {
