@@ -281,12 +281,14 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		Args:            args,
 		Env:             env,
 		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
-		// Up to 5 minutes to start (a large etcd), probed every second so
-		// that a started apiserver joins the Service within a second or
-		// two (kubeadm probes readiness every second too); then restarted
-		// after a minute without /livez, out of the Service 3 seconds
-		// after /readyz fails.
-		StartupProbe:   probe("/livez", 1, 300),
+		// Up to 5 minutes to become ready (a large etcd), probed every
+		// second. The startup probe asks /readyz, not /livez: kubelet runs
+		// the readiness probe the moment the startup probe passes, so the
+		// new apiserver joins the Service at once instead of one period
+		// later (kubeadm probes readiness every second too). Then
+		// restarted after a minute without /livez, out of the Service 3
+		// seconds after /readyz fails.
+		StartupProbe:   probe("/readyz", 1, 300),
 		LivenessProbe:  probe("/livez", 10, 6),
 		ReadinessProbe: probe("/readyz", 1, 3),
 		Resources:      c.Spec.Resources,

@@ -40,7 +40,7 @@ var (
 
 // run runs a bundled tool (bin/NAME) with the cluster's kubeconfig and
 // returns its combined output.
-func run(t *testing.T, stdin []byte, name string, args ...string) (string, error) {
+func run(t testing.TB, stdin []byte, name string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -56,7 +56,7 @@ func run(t *testing.T, stdin []byte, name string, args ...string) (string, error
 // installOperator installs the operator the way a user does,
 // `kustomize build config/default | kubectl apply -f -`, once per run, and
 // waits for its Deployment.
-func installOperator(t *testing.T) {
+func installOperator(t testing.TB) {
 	t.Helper()
 	installOnce.Do(func() {
 		start := time.Now()
@@ -85,7 +85,7 @@ func installOperator(t *testing.T) {
 // waitForWebhook waits until the operator's admission webhook answers (a
 // server-side dry run of a valid object passes): after the operator's pods
 // restart, creates fail until it does.
-func waitForWebhook(t *testing.T) {
+func waitForWebhook(t testing.TB) {
 	t.Helper()
 	c := ctrlClient(t)
 	probe := localTenant(t, "default", "webhook-probe")
@@ -100,12 +100,15 @@ func waitForWebhook(t *testing.T) {
 }
 
 // ctrlClient is a controller-runtime client of the management cluster.
-func ctrlClient(t *testing.T) client.Client {
+func ctrlClient(t testing.TB) client.Client {
 	t.Helper()
 	cfg, err := cluster.RESTConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Waiting on ten tenants at once polls more than client-go's default
+	// 5 requests a second: its throttling would be measured, not them.
+	cfg.QPS, cfg.Burst = 100, 200
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
@@ -117,7 +120,7 @@ func ctrlClient(t *testing.T) client.Client {
 }
 
 // localTenant reads the local-cluster sample, renamed into namespace ns.
-func localTenant(t *testing.T, ns, name string) *v1alpha1.ApiServerConfig {
+func localTenant(t testing.TB, ns, name string) *v1alpha1.ApiServerConfig {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(repo, "config", "samples", "controlplane_v1alpha1_apiserverconfig_localcluster.yaml"))
 	if err != nil {
@@ -134,7 +137,7 @@ func localTenant(t *testing.T, ns, name string) *v1alpha1.ApiServerConfig {
 
 // tenantNamespace creates a namespace with a copy of the tenant etcd's
 // client Secret.
-func tenantNamespace(t *testing.T) string {
+func tenantNamespace(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
 	cs := clientset(t)
@@ -149,7 +152,7 @@ func tenantNamespace(t *testing.T) string {
 }
 
 // waitReady waits for the Ready condition of the current generation.
-func waitReady(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, timeout time.Duration) time.Duration {
+func waitReady(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var last string
@@ -173,7 +176,7 @@ func waitReady(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, tim
 // tenantClient reaches a tenant through its NodePort on the node address,
 // with the admin kubeconfig the operator wrote, verifying the serving
 // certificate as the Service's name.
-func tenantClient(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig) (*kubernetes.Clientset, *rest.Config) {
+func tenantClient(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) (*kubernetes.Clientset, *rest.Config) {
 	t.Helper()
 	cs, rc, err := tenantClientE(c, cfg)
 	if err != nil {
@@ -265,7 +268,7 @@ func (l *clientLoop) finish(t *testing.T, what string) {
 }
 
 // managementKubectl is kubectl against the management cluster.
-func managementKubectl(t *testing.T, args ...string) string {
+func managementKubectl(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := run(t, nil, "kubectl", args...)
 	if err != nil {
@@ -280,7 +283,7 @@ func clientKey(obj client.Object) client.ObjectKey { return client.ObjectKeyFrom
 
 // tenantKubectl runs kubectl against a tenant with its admin kubeconfig,
 // through the NodePort.
-func tenantKubectl(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, args ...string) string {
+func tenantKubectl(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, args ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	secret := &corev1.Secret{}
@@ -308,7 +311,7 @@ func tenantKubectl(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig,
 // waitReachable waits until the tenant answers through its NodePort:
 // kube-proxy programs a new Service's rules a moment after its pods are
 // ready.
-func waitReachable(t *testing.T, tenant *kubernetes.Clientset) {
+func waitReachable(t testing.TB, tenant *kubernetes.Clientset) {
 	t.Helper()
 	var err error
 	for range 60 {
@@ -323,7 +326,7 @@ func waitReachable(t *testing.T, tenant *kubernetes.Clientset) {
 // startTenant installs the operator if needed, creates the local-cluster
 // sample as name in a namespace of its own (changed by mutate), and waits
 // until it is Ready and reachable through its NodePort.
-func startTenant(t *testing.T, name string, mutate func(*v1alpha1.ApiServerConfig)) (client.Client, *v1alpha1.ApiServerConfig, *kubernetes.Clientset) {
+func startTenant(t testing.TB, name string, mutate func(*v1alpha1.ApiServerConfig)) (client.Client, *v1alpha1.ApiServerConfig, *kubernetes.Clientset) {
 	t.Helper()
 	installOperator(t)
 	c := ctrlClient(t)

@@ -24,7 +24,7 @@ import (
 // killOperator sends SIGKILL to every manager process of the operator's
 // pods (they run on this host, in their own PID namespaces) and returns how
 // many it killed.
-func killOperator(t *testing.T) int {
+func killOperator(t testing.TB) int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 )
 
 // rotationPhase is the phase of a rotation in status.
-func rotationPhase(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, name string) string {
+func rotationPhase(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, name string) string {
 	t.Helper()
 	got := &v1alpha1.ApiServerConfig{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(cfg), got); err != nil {
@@ -35,7 +35,7 @@ func rotationPhase(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig,
 	return ""
 }
 
-func waitPhase(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, name, phase string, timeout time.Duration) {
+func waitPhase(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, name, phase string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -48,7 +48,7 @@ func waitPhase(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, nam
 }
 
 // podUIDs are the apiserver pods of cfg.
-func podUIDs(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig) map[string]int32 {
+func podUIDs(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) map[string]int32 {
 	t.Helper()
 	pods := &corev1.PodList{}
 	if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {

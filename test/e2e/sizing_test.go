@@ -19,7 +19,7 @@ import (
 )
 
 // replicaSets counts the ReplicaSets of cfg's Deployment: one per rollout.
-func replicaSets(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig) int {
+func replicaSets(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) int {
 	t.Helper()
 	list := &appsv1.ReplicaSetList{}
 	if err := c.List(context.Background(), list, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
@@ -28,7 +28,7 @@ func replicaSets(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig) i
 	return len(list.Items)
 }
 
-func deploymentArg(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, env string) string {
+func deploymentArg(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, env string) string {
 	t.Helper()
 	d := &appsv1.Deployment{}
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, d); err != nil {
@@ -48,7 +48,7 @@ func deploymentArg(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig,
 }
 
 // expectQuiet checks that no new rollout happens during window.
-func expectQuiet(t *testing.T, c client.Client, cfg *v1alpha1.ApiServerConfig, want int, window time.Duration) {
+func expectQuiet(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, want int, window time.Duration) {
 	t.Helper()
 	time.Sleep(window)
 	if got := replicaSets(t, c, cfg); got != want {

@@ -106,7 +106,7 @@ func TestBundledAPIServer_ServesVersionThroughNodePort(t *testing.T) {
 	t.Logf("GET %s/readyz?verbose: etcd and etcd-override-0 (events) ok", base)
 }
 
-func clientset(t *testing.T) *kubernetes.Clientset {
+func clientset(t testing.TB) *kubernetes.Clientset {
 	t.Helper()
 	cfg, err := cluster.RESTConfig()
 	if err != nil {
@@ -119,7 +119,7 @@ func clientset(t *testing.T) *kubernetes.Clientset {
 	return cs
 }
 
-func copySecret(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, fromNS, name, toNS string) {
+func copySecret(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, fromNS, name, toNS string) {
 	t.Helper()
 	s, err := cs.CoreV1().Secrets(fromNS).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -133,7 +133,7 @@ func copySecret(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, fro
 }
 
 // create creates obj and returns what the apiserver stored.
-func create(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, obj any) any {
+func create(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, obj any) any {
 	t.Helper()
 	var out any
 	var err error
@@ -156,7 +156,7 @@ func create(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, obj any
 // servingCredentials returns a CA and a Secret with a serving certificate
 // it signed for the node's address (where the NodePort is), and the service
 // account signing key.
-func servingCredentials(t *testing.T, smokeNamespace, nodeIP string) ([]byte, *corev1.Secret) {
+func servingCredentials(t testing.TB, smokeNamespace, nodeIP string) ([]byte, *corev1.Secret) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -295,7 +295,7 @@ func smokeDeployment(smokeNamespace string, etcd localcluster.TenantEtcd) *appsv
 
 // get polls url until it answers 200, verifying the server with caPEM,
 // and returns the body.
-func get(ctx context.Context, t *testing.T, url string, caPEM []byte) []byte {
+func get(ctx context.Context, t testing.TB, url string, caPEM []byte) []byte {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
@@ -329,7 +329,7 @@ func get(ctx context.Context, t *testing.T, url string, caPEM []byte) []byte {
 
 // describe logs what the cluster knows about the smoke test's pods, to
 // explain a failure.
-func describe(t *testing.T, smokeNamespace string) {
+func describe(t testing.TB, smokeNamespace string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -78,7 +78,7 @@ func TestOperator_SampleBecomesAWorkingTenant(t *testing.T) {
 }
 
 // whoAmI is the user a bearer token authenticates as (SelfSubjectReview).
-func whoAmI(t *testing.T, admin *rest.Config, token string) string {
+func whoAmI(t testing.TB, admin *rest.Config, token string) string {
 	t.Helper()
 	cfg := rest.AnonymousClientConfig(admin)
 	cfg.BearerToken = token

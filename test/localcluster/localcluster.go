@@ -146,6 +146,10 @@ func (c *Cluster) Dir() string { return c.l.Dir }
 // reachable from the host.
 func (c *Cluster) NodeIP() string { return c.l.NodeIP }
 
+// HostIP is the host's end of the link to the node: a non-loopback address
+// for a kube-apiserver started on the host.
+func (c *Cluster) HostIP() string { return c.l.HostIP }
+
 // KubeconfigPath is the path of a cluster-admin kubeconfig.
 func (c *Cluster) KubeconfigPath() string { return c.l.kubeconfig("admin") }
 

@@ -1,0 +1,399 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// readyzClient probes /readyz, which answers anonymous requests. It only
+// times readiness, so it does not verify the serving certificate.
+var readyzClient = &http.Client{
+	Timeout: 2 * time.Second,
+	Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a readiness timer, not a trust decision
+		DisableKeepAlives: true,
+	},
+}
+
+// waitReadyz polls url every 50 ms until it answers 200, and returns when
+// it did.
+func waitReadyz(ctx context.Context, url string) (time.Time, error) {
+	var last string
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return time.Time{}, err
+		}
+		resp, err := readyzClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Now(), nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%s did not answer 200 (last: %s): %w", url, last, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// tenantReadyz waits for cfg's Service to get its NodePort and then for
+// /readyz through it, bounded by ctx.
+func tenantReadyz(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig) (time.Time, error) {
+	svc := &corev1.Service{}
+	for {
+		err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.ServiceName(cfg.Name)}, svc)
+		if err == nil && len(svc.Spec.Ports) > 0 && svc.Spec.Ports[0].NodePort != 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("the Service of %s/%s has no NodePort: %w", cfg.Namespace, cfg.Name, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return waitReadyz(ctx, fmt.Sprintf("https://%s:%d/readyz", cluster.NodeIP(), svc.Spec.Ports[0].NodePort))
+}
+
+// whenPodReady polls, every 50 ms, until a pod of cfg is Ready in the API,
+// and returns when it saw that (zero when ctx ends first).
+func whenPodReady(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig) time.Time {
+	selector := labels.SelectorFromSet(apiserver.SelectorLabels(cfg.Name))
+	for {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(cfg.Namespace), client.MatchingLabelsSelector{Selector: selector}); err == nil {
+			for _, p := range pods.Items {
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+						return time.Now()
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// removeTenant deletes cfg and waits, bounded, until its pods are gone, so
+// that the next measurement runs on an idle node.
+func removeTenant(b testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) {
+	b.Helper()
+	ctx := context.Background()
+	if err := c.Delete(ctx, cfg); client.IgnoreNotFound(err) != nil {
+		b.Fatal(err)
+	}
+	waitNoPods(b, c, cfg)
+}
+
+func waitNoPods(b testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) {
+	b.Helper()
+	selector := labels.SelectorFromSet(apiserver.SelectorLabels(cfg.Name))
+	for range 240 {
+		pods := &corev1.PodList{}
+		if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+			b.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	b.Fatalf("the apiserver pods of %s/%s did not go away within 2 minutes", cfg.Namespace, cfg.Name)
+}
+
+// BenchmarkTenantReadyz compares, in the same run, the time from applying
+// an ApiServerConfig to its /readyz answering 200 through the NodePort,
+// with the time the same kube-apiserver binary takes to answer /readyz
+// when started by hand on the host with the same flags and files. The
+// difference is what the operator and the platform add: reconciling,
+// scheduling, the container start, probes and Service routing.
+func BenchmarkTenantReadyz(b *testing.B) {
+	installOperator(b)
+	c := ctrlClient(b)
+	b.StopTimer()
+	var viaOperator, byHand time.Duration
+	for range b.N {
+		op, hand := tenantAgainstHand(b, c)
+		viaOperator += op
+		byHand += hand
+	}
+	n := float64(b.N)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(viaOperator.Seconds()/n, "operator-s/op")
+	b.ReportMetric(byHand.Seconds()/n, "by-hand-s/op")
+	b.ReportMetric(viaOperator.Seconds()/byHand.Seconds(), "ratio")
+}
+
+func tenantAgainstHand(b *testing.B, c client.Client) (viaOperator, byHand time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := localTenant(b, tenantNamespace(b), "bench")
+
+	start := time.Now()
+	podReady := make(chan time.Time, 1)
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	go func() { podReady <- whenPodReady(watchCtx, c, cfg) }()
+	if err := c.Create(ctx, cfg); err != nil {
+		b.Fatal(err)
+	}
+	ready, err := tenantReadyz(ctx, c, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	viaOperator = ready.Sub(start)
+	stopWatching()
+	if t := <-podReady; !t.IsZero() {
+		b.Logf("pod Ready in the API after %s, /readyz through the NodePort after %s", t.Sub(start).Round(time.Millisecond), viaOperator.Round(time.Millisecond))
+	}
+
+	// The same flags and files, read from what the operator rendered.
+	deploy := &appsv1.Deployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, deploy); err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	args, env := handArgs(b, c, deploy, dir)
+	// The operator's pod goes first, so that the hand-started apiserver
+	// runs on an idle node too.
+	removeTenant(b, c, cfg)
+
+	byHand = runByHand(b, ctx, args, env)
+	return viaOperator, byHand
+}
+
+// handArgs writes the files of the Deployment's volumes under dir and
+// returns its kube-apiserver arguments and environment for a process on
+// the host: paths under dir, the host's address for $(POD_IP), a free port,
+// and an etcd prefix of its own, so that it starts on empty storage as the
+// operator's tenant did.
+func handArgs(b testing.TB, c client.Client, d *appsv1.Deployment, dir string) ([]string, []string) {
+	b.Helper()
+	ctx := context.Background()
+	pod := d.Spec.Template.Spec
+	container := pod.Containers[0]
+	mounts := map[string]string{}
+	for _, m := range container.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	write := func(path string, data []byte) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, v := range pod.Volumes {
+		root := filepath.Join(dir, mounts[v.Name])
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		if v.Projected == nil {
+			continue // the audit log's emptyDir
+		}
+		for _, src := range v.Projected.Sources {
+			switch {
+			case src.Secret != nil:
+				s := &corev1.Secret{}
+				if err := c.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: src.Secret.Name}, s); err != nil {
+					b.Fatal(err)
+				}
+				for _, item := range src.Secret.Items {
+					write(filepath.Join(root, item.Path), s.Data[item.Key])
+				}
+			case src.ConfigMap != nil:
+				cm := &corev1.ConfigMap{}
+				if err := c.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: src.ConfigMap.Name}, cm); err != nil {
+					b.Fatal(err)
+				}
+				for k, v := range cm.Data {
+					write(filepath.Join(root, k), []byte(v))
+				}
+			}
+		}
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	var args []string
+	for _, a := range container.Args {
+		for _, path := range mounts {
+			a = strings.ReplaceAll(a, "="+path, "="+filepath.Join(dir, path))
+			a = strings.ReplaceAll(a, ","+path, ","+filepath.Join(dir, path))
+		}
+		a = strings.ReplaceAll(a, "$("+apiserver.PodIPEnv+")", cluster.HostIP())
+		switch {
+		case strings.HasPrefix(a, "--secure-port="):
+			a = "--secure-port=" + port
+		case strings.HasPrefix(a, "--etcd-prefix="):
+			a += "-by-hand"
+		}
+		args = append(args, a)
+	}
+	var env []string
+	for _, e := range container.Env {
+		if e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
+	return append(args, "--bind-address=127.0.0.1"), env
+}
+
+// runByHand starts bin/kube-apiserver with args and returns how long it
+// took to answer /readyz; it stops the process before returning.
+func runByHand(b testing.TB, ctx context.Context, args, env []string) time.Duration {
+	b.Helper()
+	var port string
+	for _, a := range args {
+		if p, ok := strings.CutPrefix(a, "--secure-port="); ok {
+			port = p
+		}
+	}
+	logFile, err := os.Create(filepath.Join(b.TempDir(), "kube-apiserver.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(filepath.Join(repo, "bin", "kube-apiserver"), args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("starting kube-apiserver by hand: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	ready, err := waitReadyz(ctx, "https://127.0.0.1:"+port+"/readyz")
+	if err != nil {
+		log, _ := os.ReadFile(logFile.Name())
+		b.Fatalf("kube-apiserver started by hand: %v\n%s", err, tail(string(log), 30))
+	}
+	return ready.Sub(start)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// BenchmarkTenantsAtOnce applies BENCH_TENANTS (10) ApiServerConfigs at
+// once and measures when the first, the median and the last answer /readyz
+// through their NodePorts, and the memory the node uses with all of them
+// running.
+func BenchmarkTenantsAtOnce(b *testing.B) {
+	n := 10
+	if v := os.Getenv("BENCH_TENANTS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("BENCH_TENANTS=%q: want a positive number", v)
+		}
+	}
+	installOperator(b)
+	c := ctrlClient(b)
+	b.StopTimer()
+	var first, median, last, rss float64
+	for range b.N {
+		times, mem := tenantsAtOnce(b, c, n)
+		first += times[0].Seconds()
+		median += times[len(times)/2].Seconds()
+		last += times[len(times)-1].Seconds()
+		rss += float64(mem)
+	}
+	per := float64(b.N)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(first/per, "first-ready-s")
+	b.ReportMetric(median/per, "median-ready-s")
+	b.ReportMetric(last/per, "all-ready-s")
+	b.ReportMetric(rss/per/(1<<20), "node-rss-MiB")
+}
+
+func tenantsAtOnce(b *testing.B, c client.Client, n int) ([]time.Duration, int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cfgs := make([]*v1alpha1.ApiServerConfig, n)
+	for i := range cfgs {
+		cfgs[i] = localTenant(b, tenantNamespace(b), fmt.Sprintf("at-once-%d", i))
+	}
+	times := make([]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, cfg := range cfgs {
+		wg.Go(func() {
+			if errs[i] = c.Create(ctx, cfg); errs[i] != nil {
+				return
+			}
+			var ready time.Time
+			ready, errs[i] = tenantReadyz(ctx, c, cfg)
+			times[i] = ready.Sub(start)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	mem, err := cluster.MemoryUsage()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, cfg := range cfgs {
+		if err := c.Delete(ctx, cfg); client.IgnoreNotFound(err) != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, cfg := range cfgs {
+		waitNoPods(b, c, cfg)
+	}
+	slices.Sort(times)
+	return times, mem.RSS
+}
+
