@@ -158,3 +158,4 @@ endef
 
 include hack/localcluster.mk
 include hack/bundle.mk
+include hack/bench.mk

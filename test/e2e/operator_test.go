@@ -65,9 +65,19 @@ func installOperator(t testing.TB) {
 			installErr = fmt.Errorf("kustomize build config/default: %v\n%s", err, manifests)
 			return
 		}
+		// On a kept cluster the operator already runs, from an image of the
+		// same tag that Up has just imported anew: restart it, or the tests
+		// would exercise the previous build.
+		_, getErr := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "get", "deployment/apiserver-operator-controller-manager")
 		if out, err := run(t, []byte(manifests), "kubectl", "apply", "--server-side", "-f", "-"); err != nil {
 			installErr = fmt.Errorf("kubectl apply: %v\n%s", err, out)
 			return
+		}
+		if getErr == nil {
+			if out, err := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "rollout", "restart", "deployment/apiserver-operator-controller-manager"); err != nil {
+				installErr = fmt.Errorf("restarting the operator: %v\n%s", err, out)
+				return
+			}
 		}
 		if out, err := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "rollout", "status",
 			"deployment/apiserver-operator-controller-manager", "--timeout=180s"); err != nil {

@@ -1,0 +1,33 @@
+##@ Benchmarks
+
+# Where make bench writes bench.log (everything), raw.txt (the benchmark
+# lines only: compare two revisions with benchstat old/raw.txt new/raw.txt),
+# table.md and the series behind the plots in docs/bench.
+BENCH_DIR ?= $(LOCALBIN)/bench
+# -count of every benchmark: 5 or more gives benchstat something to work on.
+BENCH_COUNT ?= 1
+# How long the steady-state window lasts.
+BENCH_STEADY_WINDOW ?= 5m
+# BENCH_LOCALCLUSTER=0 skips the local-cluster benchmarks (they need root).
+BENCH_LOCALCLUSTER ?= 1
+BENCH_LOG := $(BENCH_DIR)/bench.log
+BENCH_GO_TEST := go test -run '^$$' -count $(BENCH_COUNT) -timeout 90m
+
+.PHONY: bench
+bench: manifests generate bundled $(if $(filter 1,$(BENCH_LOCALCLUSTER)),localcluster-binaries) ## Run the benchmarks (about 15 minutes), print the table and redraw the plots of docs/bench.
+	@mkdir -p $(BENCH_DIR)
+	@: > $(BENCH_LOG)
+	$(BENCH_GO_TEST) -bench . ./apiserver/pki | tee -a $(BENCH_LOG)
+	BENCH_OUT=$(BENCH_DIR) $(BENCH_GO_TEST) -bench 'Converge' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
+	BENCH_OUT=$(BENCH_DIR) $(BENCH_GO_TEST) -bench 'ApplyToDeployment' -benchtime 200x ./test/bench | tee -a $(BENCH_LOG)
+	BENCH_STEADY_WINDOW=$(BENCH_STEADY_WINDOW) $(BENCH_GO_TEST) -bench 'SteadyState' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
+ifeq ($(BENCH_LOCALCLUSTER),1)
+	@# The cluster's components log to stderr: kept apart, so that they do
+	@# not split a benchmark's result line.
+	LOCALCLUSTER_DIR=$(LOCALCLUSTER_DIR) LOCALCLUSTER_BIN_DIR=$(LOCALBIN) LOCALCLUSTER_IMAGES_DIR=$(IMAGES_DIR) \
+		$(BENCH_GO_TEST) -tags e2e -bench 'Tenant' -benchtime 3x ./test/e2e 2> $(BENCH_DIR)/localcluster.log | tee -a $(BENCH_LOG) \
+		|| { rc=$$?; tail -50 $(BENCH_DIR)/localcluster.log; $(LOCALCLUSTER) down --dir $(LOCALCLUSTER_DIR); exit $$rc; }
+endif
+	@grep -E '^(Benchmark|goos:|goarch:|pkg:|cpu:)' $(BENCH_LOG) > $(BENCH_DIR)/raw.txt
+	go run ./hack/benchtable $(BENCH_DIR)/raw.txt | tee $(BENCH_DIR)/table.md
+	cd hack/benchplot && go run . -in $(BENCH_DIR) -out $(CURDIR)/docs/bench
