@@ -396,4 +396,3 @@ func tenantsAtOnce(b *testing.B, c client.Client, n int) ([]time.Duration, int64
 	slices.Sort(times)
 	return times, mem.RSS
 }
-
