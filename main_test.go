@@ -199,3 +199,10 @@ func metricsReaderToken(t *testing.T, env *envtest.Environment) string {
 	}
 	return tr.Status.Token
 }
+
+func TestManager_RefusesNoReconcileWorkers(t *testing.T) {
+	_, err := parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), []string{"--max-concurrent-reconciles=0"})
+	if err == nil || !strings.Contains(err.Error(), "--max-concurrent-reconciles is 0: it must be at least 1") {
+		t.Fatalf("parsing --max-concurrent-reconciles=0 gave %v, want a refusal that names the flag", err)
+	}
+}

@@ -31,3 +31,11 @@ endif
 	@grep -E '^(Benchmark|goos:|goarch:|pkg:|cpu:)' $(BENCH_LOG) > $(BENCH_DIR)/raw.txt
 	go run ./hack/benchtable $(BENCH_DIR)/raw.txt | tee $(BENCH_DIR)/table.md
 	cd hack/benchplot && go run . -in $(BENCH_DIR) -out $(CURDIR)/docs/bench
+
+.PHONY: bench-smoke
+bench-smoke: manifests generate bundled ## Run every envtest benchmark once, small (CI: they must keep working), and the table.
+	@mkdir -p $(BENCH_DIR)/smoke
+	BENCH_CONVERGE_OBJECTS=20 BENCH_STEADY_OBJECTS=10 BENCH_STEADY_WINDOW=10s BENCH_OUT=$(BENCH_DIR)/smoke \
+		go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench | tee $(BENCH_DIR)/smoke/bench.log
+	@grep -E '^(Benchmark|goos:|goarch:|pkg:|cpu:)' $(BENCH_DIR)/smoke/bench.log > $(BENCH_DIR)/smoke/raw.txt
+	go run ./hack/benchtable $(BENCH_DIR)/smoke/raw.txt

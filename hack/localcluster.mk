@@ -75,9 +75,11 @@ cluster-down: $(LOCALCLUSTER) ## Stop the local cluster and remove its namespace
 # The tests stop the cluster themselves (unless LOCALCLUSTER_KEEP=1); when
 # they fail or are killed, cluster-down cleans up after them.
 .PHONY: test-e2e
+# The local-cluster benchmarks run once too, small, so that they keep
+# working: make bench runs them for real.
 test-e2e: localcluster-binaries ## Run the end-to-end tests on a local cluster that they start and stop (needs root).
-	LOCALCLUSTER_DIR=$(LOCALCLUSTER_DIR) LOCALCLUSTER_BIN_DIR=$(LOCALBIN) LOCALCLUSTER_IMAGES_DIR=$(IMAGES_DIR) \
-		go test -tags e2e ./test/e2e/... -count=1 -timeout 30m -v \
+	LOCALCLUSTER_DIR=$(LOCALCLUSTER_DIR) LOCALCLUSTER_BIN_DIR=$(LOCALBIN) LOCALCLUSTER_IMAGES_DIR=$(IMAGES_DIR) BENCH_TENANTS=3 \
+		go test -tags e2e ./test/e2e/... -count=1 -timeout 30m -v -bench Tenant -benchtime 1x \
 		|| { rc=$$?; $(LOCALCLUSTER) down --dir $(LOCALCLUSTER_DIR); exit $$rc; }
 
 ##@ Try it

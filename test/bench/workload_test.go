@@ -37,11 +37,7 @@ func init() {
 // wide enough for a thousand tenants (envtest's default has 254 addresses).
 func startEnv(b testing.TB) *envtest.Environment {
 	b.Helper()
-	opts := []envtest.Option{envtest.WithAPIServerFlag("service-cluster-ip-range", "10.0.0.0/16")}
-	if os.Getenv("AUDIT") != "" {
-		opts = append(opts, envtest.WithAPIServerFlag("audit-log-path", "/tmp/prof/audit.log"), envtest.WithAPIServerFlag("audit-policy-file", "/tmp/prof/policy.yaml"))
-	}
-	env, err := envtest.Start(opts...)
+	env, err := envtest.Start(envtest.WithAPIServerFlag("service-cluster-ip-range", "10.0.0.0/16"))
 	if err != nil {
 		b.Fatal(err)
 	}
