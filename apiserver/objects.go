@@ -282,12 +282,14 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		Env:             env,
 		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
 		// Up to 5 minutes to become ready (a large etcd), probed every
-		// second. The startup probe asks /readyz, not /livez: kubelet runs
-		// the readiness probe the moment the startup probe passes, so the
-		// new apiserver joins the Service at once instead of one period
-		// later (kubeadm probes readiness every second too). Then
-		// restarted after a minute without /livez, out of the Service 3
-		// seconds after /readyz fails.
+		// second. The startup probe asks /readyz, not /livez as kubeadm's
+		// does: kubelet runs the readiness probe the moment the startup
+		// probe passes, so the new apiserver joins the Service at once
+		// instead of up to a period later. Readiness is probed every
+		// second, as kubeadm does. Then restarted after 6 failed /livez
+		// probes, 10 s apart; out of the Service after 3 failed /readyz
+		// probes (3 s when /readyz answers an error, up to 15 s when it
+		// hangs until the 5 s timeout).
 		StartupProbe:   probe("/readyz", 1, 300),
 		LivenessProbe:  probe("/livez", 10, 6),
 		ReadinessProbe: probe("/readyz", 1, 3),

@@ -151,7 +151,9 @@ func (r *ApiServerConfigReconciler) remember(previous string, cfg *v1alpha1.ApiS
 			superseded = append(w.superseded[max(0, len(w.superseded)-3):], previous)
 		}
 	}
-	r.written.Store(key, writtenConfig{obj: cfg.DeepCopy(), superseded: superseded})
+	obj := cfg.DeepCopy()
+	obj.SetManagedFields(nil) // the server's answer has them; nothing reads them
+	r.written.Store(key, writtenConfig{obj: obj, superseded: superseded})
 }
 
 // generationStart is when a generation was first reconciled.
@@ -234,7 +236,8 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		previous := cfg.ResourceVersion
 		controllerutil.AddFinalizer(cfg, Finalizer)
 		if err := r.Client.Patch(ctx, cfg, patch); err != nil {
-			return ctrl.Result{}, err
+			// Deleted meanwhile: nothing is left to do.
+			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		// The pass goes on with the object the patch returned.
 		r.remember(previous, cfg)
@@ -532,7 +535,7 @@ func (r *ApiServerConfigReconciler) encryptionSecret(ctx context.Context, c *api
 	}
 	var keys []apiserver.EncryptionKey
 	existing := &corev1.Secret{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: apiserver.EncryptionSecretName(c.Name)}, existing)
+	err := ownSecrets{r}.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: apiserver.EncryptionSecretName(c.Name)}, existing)
 	switch {
 	case err == nil && len(existing.Data[encryptionKeysKey]) > 0:
 		if err := json.Unmarshal(existing.Data[encryptionKeysKey], &keys); err != nil {
@@ -619,7 +622,7 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 	annotations[appliedHashAnnotation] = hash
 	obj.SetAnnotations(annotations)
 
-	key := fmt.Sprintf("%T/%s/%s", obj, obj.GetNamespace(), obj.GetName())
+	key := appliedKey(obj)
 	existing, ok := obj.DeepCopyObject().(client.Object)
 	if !ok {
 		return fmt.Errorf("copying %T", obj)
@@ -651,6 +654,33 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 		return fmt.Errorf("reading back %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil
+}
+
+// appliedKey names obj in r.applied.
+func appliedKey(obj client.Object) string {
+	return fmt.Sprintf("%T/%s/%s", obj, obj.GetNamespace(), obj.GetName())
+}
+
+// ownSecrets reads the Secrets the operator writes (CAs, keys, certificates,
+// encryption keys) from the cache, unless the cache has not caught up with
+// the operator's last write of one: then from the API server. A pass that
+// trusted a lagging cache would find a CA or an encryption key missing or
+// old and issue another, replacing the one in use.
+type ownSecrets struct{ r *ApiServerConfigReconciler }
+
+func (o ownSecrets) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := o.r.Client.Get(ctx, key, obj, opts...)
+	obj.SetNamespace(key.Namespace)
+	obj.SetName(key.Name)
+	last, written := o.r.applied.Load(appliedKey(obj))
+	if !written || (err == nil && obj.GetResourceVersion() == last) {
+		return err
+	}
+	return o.r.APIReader.Get(ctx, key, obj, opts...)
+}
+
+func (o ownSecrets) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return o.r.Client.List(ctx, list, opts...)
 }
 
 // objectHash hashes the desired object as it will be applied.
@@ -786,7 +816,7 @@ func (r *ApiServerConfigReconciler) rotate(ctx context.Context, cfg *v1alpha1.Ap
 	}
 	for _, name := range []string{apiserver.CASecretName(cfg.Name), apiserver.ServiceAccountSecretName(cfg.Name)} {
 		s := &corev1.Secret{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: name}, s); err == nil {
+		if err := (ownSecrets{r}).Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: name}, s); err == nil {
 			in.existing[name] = s
 		} else if !apierrors.IsNotFound(err) {
 			return 0, fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, name, err)

@@ -1,9 +1,18 @@
 package controllers
 
 import (
+	"context"
+	"fmt"
+	"maps"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
@@ -73,5 +82,64 @@ func TestApiServerConfigReconciler_WorksFromItsLastWriteWhileTheCacheLags(t *tes
 				t.Fatal("the record shares memory with what a pass changed")
 			}
 		})
+	}
+}
+
+// laggingCache answers NotFound for every Secret while lag is set, as a
+// cache that has not yet seen them would.
+type laggingCache struct {
+	client.Client
+	lag bool
+}
+
+func (l *laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Secret); ok && l.lag {
+		return apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+	}
+	return l.Client.Get(ctx, key, obj, opts...)
+}
+
+// A cache that lags behind the operator's own writes must not make it issue
+// a second CA or service-account key: that would replace the ones in use.
+func TestApiServerConfigReconciler_LaggingCacheIssuesNoSecondCA(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "lagging", func(s *v1alpha1.ApiServerConfigSpec) {
+		s.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
+	})
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	actAsDeploymentController(t, waitForDeployment(t, cfg))
+	eventually(t, 20*time.Second, "the object converges to Ready", func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		if c := conditionOf(got, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Ready is %v", c)
+		}
+		return nil
+	})
+	keys := func() map[string]string {
+		out := map[string]string{}
+		for _, name := range []string{apiserver.CASecretName(cfg.Name), apiserver.ServiceAccountSecretName(cfg.Name), apiserver.EncryptionSecretName(cfg.Name)} {
+			s := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+			out[name] = s.ResourceVersion
+		}
+		return out
+	}
+	before := keys()
+
+	cache := &laggingCache{Client: env.Client}
+	r := &ApiServerConfigReconciler{Client: cache, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
+		Etcd: reconciler.Etcd, ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
+	// A pass with the cache in step: the reconciler learns what it wrote.
+	if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	cache.lag = true
+	if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if after := keys(); !maps.Equal(before, after) {
+		t.Fatalf("a pass over a lagging cache rewrote the CA, service-account or encryption Secrets: resourceVersions %v, then %v", before, after)
 	}
 }

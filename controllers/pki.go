@@ -51,7 +51,7 @@ func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, cfg *v1alp
 	}
 
 	leaf := func(name, secretName string, signer *pki.KeyPair, cfg pki.CertConfig) (*pki.KeyPair, error) {
-		existing, err := readKeyPair(ctx, r.Client, c.Namespace, secretName)
+		existing, err := readKeyPair(ctx, ownSecrets{r}, c.Namespace, secretName)
 		if err != nil {
 			return nil, err
 		}
@@ -134,7 +134,7 @@ func (r *ApiServerConfigReconciler) loadOrCreateCA(ctx context.Context, cfg *v1a
 		if ca == nil {
 			return nil, nil, fmt.Errorf("spec.certificates.caSecretName names Secret %s/%s, which does not exist: create it with tls.crt and tls.key", cfg.Namespace, userSecret)
 		}
-	} else if ca, err = readKeyPair(ctx, r.Client, cfg.Namespace, secretName); err != nil {
+	} else if ca, err = readKeyPair(ctx, ownSecrets{r}, cfg.Namespace, secretName); err != nil {
 		return nil, nil, err
 	}
 	if ca == nil {
@@ -179,7 +179,7 @@ func readKeyPair(ctx context.Context, reader client.Reader, namespace, name stri
 func (r *ApiServerConfigReconciler) serviceAccountKeys(ctx context.Context, c *apiserver.Completed, alg v1alpha1.KeyAlgorithm, res *pkiResult) error {
 	name := apiserver.ServiceAccountSecretName(c.Name)
 	s := &corev1.Secret{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
+	err := ownSecrets{r}.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
 	switch {
 	case err == nil && len(s.Data[apiserver.ServiceAccountPrivateKeyKey]) > 0 && len(s.Data[apiserver.ServiceAccountPublicKeysKey]) > 0:
 		if _, err := pki.ParseServiceAccountKey(s.Data[apiserver.ServiceAccountPrivateKeyKey]); err != nil {
@@ -212,7 +212,7 @@ func (r *ApiServerConfigReconciler) adminKeyPair(ctx context.Context, c *apiserv
 	cfg := pki.AdminCertConfig()
 	name := apiserver.AdminKubeconfigSecretName(c.Name)
 	s := &corev1.Secret{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil && !apierrors.IsNotFound(err) {
+	if err := (ownSecrets{r}).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, name, err)
 	}
 	if existing := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey]); existing != nil {

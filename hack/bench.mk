@@ -14,7 +14,7 @@ BENCH_LOG := $(BENCH_DIR)/bench.log
 BENCH_GO_TEST := go test -run '^$$' -count $(BENCH_COUNT) -timeout 90m
 
 .PHONY: bench
-bench: manifests generate bundled $(if $(filter 1,$(BENCH_LOCALCLUSTER)),localcluster-binaries) ## Run the benchmarks (about 15 minutes), print the table and redraw the plots of docs/bench.
+bench: manifests generate bundled $(if $(filter 1,$(BENCH_LOCALCLUSTER)),localcluster-binaries) ## Run the benchmarks (about 10 minutes), print the table and redraw the plots of docs/bench.
 	@mkdir -p $(BENCH_DIR)
 	@: > $(BENCH_LOG)
 	$(BENCH_GO_TEST) -bench . ./apiserver/pki | tee -a $(BENCH_LOG)

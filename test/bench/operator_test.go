@@ -190,6 +190,29 @@ func (o *operator) usage(b testing.TB) usage {
 	return usage{cpuSeconds: stat.CPUTime(), peakRSS: status.VmHWM}
 }
 
+// waitIdle waits, bounded, until the operator has nothing queued, no
+// worker busy and no reconcile for a second: the passes that follow a
+// batch's convergence (an owned object's event brings its owner back) are
+// part of what the batch cost.
+func (o *operator) waitIdle(b testing.TB, timeout time.Duration) counters {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
+	last := o.counters(b)
+	quietSince := time.Now()
+	for time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		c := o.counters(b)
+		if c.reconciles != last.reconciles || c.queued > 0 || c.busy > 0 {
+			quietSince = time.Now()
+		} else if time.Since(quietSince) >= time.Second {
+			return c
+		}
+		last = c
+	}
+	b.Fatalf("the operator was still busy %s after the batch converged (%.0f queued, %.0f workers busy)", timeout, last.queued, last.busy)
+	return last
+}
+
 // controlPlaneCPU is the CPU time, in seconds, of the kube-apiserver and
 // etcd this test process started: what the operator's load costs the
 // management cluster.
@@ -215,6 +238,9 @@ func controlPlaneCPU(b testing.TB) float64 {
 // the manager sends, reads, watches and writes alike.
 type counters struct {
 	requests, writes, reconciles float64
+	// Gauges, at the time of the scrape: the controller's queue and busy
+	// workers.
+	queued, busy float64
 }
 
 func (c counters) sub(d counters) counters {
@@ -254,6 +280,19 @@ func (o *operator) counters(b testing.TB) counters {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "method" && l.GetValue() != http.MethodGet {
 				c.writes += v
+			}
+		}
+	}
+	for family, label := range map[string]string{"workqueue_depth": "name", "controller_runtime_active_workers": "controller"} {
+		for _, m := range families[family].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == "apiserverconfig" {
+					if family == "workqueue_depth" {
+						c.queued += m.GetGauge().GetValue()
+					} else {
+						c.busy += m.GetGauge().GetValue()
+					}
+				}
 			}
 		}
 	}
