@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -181,6 +182,15 @@ func (r *ApiServerConfigReconciler) trackTimeToReady(cfg *v1alpha1.ApiServerConf
 	}
 }
 
+// owned are the events of owned objects that bring their owner back: all
+// but their creation. The operator creates them itself, in a pass that goes
+// on with what the server answered, so a creation would only queue a pass
+// with nothing to do: one per object of a new tenant, the whole batch over
+// again when many are created at once. Their updates (a Deployment's
+// rollout, a Service's load-balancer address, someone's edit) and deletions
+// do bring the owner back.
+var owned = builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})
+
 // SetupWithManager registers the reconciler: it watches ApiServerConfigs
 // and the objects it owns.
 func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -190,11 +200,11 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ApiServerConfig{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.Secret{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&appsv1.Deployment{}, owned).
+		Owns(&corev1.Service{}, owned).
+		Owns(&corev1.Secret{}, owned).
+		Owns(&corev1.ConfigMap{}, owned).
+		Owns(&policyv1.PodDisruptionBudget{}, owned).
 		Named("apiserverconfig").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		Complete(r)

@@ -107,6 +107,7 @@ func convergeOnce(b *testing.B, n int) convergeResult {
 	c1 := op.waitIdle(s, 2*time.Minute)
 	u1, cp1 := op.usage(s), controlPlaneCPU(s)
 	prof.wait(s)
+	saveHeap(s, fmt.Sprintf("converge-%d", n), op)
 	checkOwnedObjects(s, env.Client, objs)
 	writeSeries(s, fmt.Sprintf("converge-%d.txt", n), w.times(objs, start))
 	return convergeResult{cpuSeconds: u1.cpuSeconds - u0.cpuSeconds, controlPlaneCPU: cp1 - cp0, peakRSS: u1.peakRSS, counters: c1.sub(c0)}

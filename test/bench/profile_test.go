@@ -74,6 +74,34 @@ func startProfiles(b testing.TB, name string, env *envtest.Environment, op *oper
 	return p
 }
 
+// saveHeap records the operator's heap profile, when BENCH_PROFILE_DIR is
+// set: what its peak RSS is made of.
+func saveHeap(b testing.TB, name string, op *operator) {
+	b.Helper()
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, op.pprofURL+"/heap", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatalf("profiling the operator's heap: %v", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+"-operator-heap.pprof"), data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // wait waits for the profiles and reports a failure to record one.
 func (p *profiles) wait(b testing.TB) {
 	b.Helper()
