@@ -1,10 +1,11 @@
 ##@ Benchmarks
 
 # Where make bench writes bench.log (everything), raw.txt (the benchmark
-# lines only: compare two revisions with benchstat old/raw.txt new/raw.txt),
+# lines only: compare two revisions with
+# go run golang.org/x/perf/cmd/benchstat old/raw.txt new/raw.txt),
 # table.md and the series behind the plots in docs/bench.
 BENCH_DIR ?= $(LOCALBIN)/bench
-# -count of every benchmark: 5 or more gives benchstat something to work on.
+# -count of every benchmark: 6 or more gives benchstat confidence intervals.
 BENCH_COUNT ?= 1
 # How long the steady-state window lasts.
 BENCH_STEADY_WINDOW ?= 5m
