@@ -278,30 +278,34 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, reconcile.TerminalError(obs.invalid)
 	}
 
+	// The Service's ClusterIP and load-balancer addresses are SANs of the
+	// serving certificate: the Service is applied first, and the options
+	// completed again only when applying it changed them (a new Service),
+	// or the certificate would be issued without them and then again.
 	in := apiserver.Inputs{}
 	if s := cfg.Status.CacheSizing; s != nil {
 		in.ObservedNodes, in.ObservedPods = s.SizedForNodes, s.SizedForPods
 	}
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.ServiceName(cfg.Name)}, svc); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, step("Service", err)
+	}
+	in.ServiceClusterIP, in.ServiceIngress = serviceAddresses(svc)
 	c, err := apiserver.Complete(cfg, in)
 	if err != nil {
 		obs.invalid = err
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
-
-	// Service first: its ClusterIP and load-balancer addresses are SANs of
-	// the serving certificate, which would otherwise be issued without them
-	// and then again.
-	svc := apiserver.DesiredService(c)
+	svc = apiserver.DesiredService(c)
 	if err := r.apply(ctx, cfg, svc, true); err != nil {
 		return ctrl.Result{}, step("Service", err)
 	}
-	in.ServiceClusterIP = svc.Spec.ClusterIP
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		in.ServiceIngress = append(in.ServiceIngress, ing.IP+ing.Hostname)
-	}
-	if c, err = apiserver.Complete(cfg, in); err != nil {
-		obs.invalid = err
-		return ctrl.Result{}, reconcile.TerminalError(err)
+	if ip, ingress := serviceAddresses(svc); ip != in.ServiceClusterIP || !slices.Equal(ingress, in.ServiceIngress) {
+		in.ServiceClusterIP, in.ServiceIngress = ip, ingress
+		if c, err = apiserver.Complete(cfg, in); err != nil {
+			obs.invalid = err
+			return ctrl.Result{}, reconcile.TerminalError(err)
+		}
 	}
 	now := r.Clock.Now()
 
@@ -440,6 +444,16 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	// Come back when the first certificate is due, never by polling.
 	requeue = minPositive(requeue, p.nextRenewal.Sub(r.Clock.Now()))
 	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// serviceAddresses are the addresses of svc that the serving certificate
+// names: its ClusterIP and its load balancer's.
+func serviceAddresses(svc *corev1.Service) (string, []string) {
+	var ingress []string
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		ingress = append(ingress, ing.IP+ing.Hostname)
+	}
+	return svc.Spec.ClusterIP, ingress
 }
 
 func minPositive(a, b time.Duration) time.Duration {

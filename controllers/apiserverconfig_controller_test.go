@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -99,6 +100,23 @@ func actAsDeploymentController(t *testing.T, d *appsv1.Deployment) {
 		n := *current.Spec.Replicas
 		current.Status = appsv1.DeploymentStatus{ObservedGeneration: current.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
 		return env.Client.Status().Update(context.Background(), current)
+	})
+}
+
+// createReady creates cfg, acts as the Deployment controller for its
+// apiservers and waits until cfg is Ready.
+func createReady(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
+	t.Helper()
+	if err := env.Client.Create(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	actAsDeploymentController(t, waitForDeployment(t, cfg))
+	eventually(t, 20*time.Second, "the object converges to Ready", func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		if c := conditionOf(got, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Ready is %v", c)
+		}
+		return nil
 	})
 }
 
@@ -430,4 +448,52 @@ func TestApiServerConfigReconciler_PodsPassRestrictedPodSecurityAdmission(t *tes
 
 func reconcileRequest(cfg *v1alpha1.ApiServerConfig) ctrl.Request {
 	return ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cfg)}
+}
+
+// A new tenant's events say what happened once each: the certificates were
+// issued once (its Service, and so the ClusterIP the serving certificate
+// names, comes first), and Ready became True; the Progressing it started in
+// is no event.
+func TestApiServerConfigReconciler_NewTenantEventsSayEachThingOnce(t *testing.T) {
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "told", nil)
+	createReady(t, cfg)
+	var reasons []string
+	eventually(t, 20*time.Second, "the Ready event is recorded", func() error {
+		list := &eventsv1.EventList{}
+		if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		reasons = reasons[:0]
+		for _, e := range list.Items {
+			if e.Regarding.Name == cfg.Name {
+				for range max(1, e.DeprecatedCount, seriesCount(e.Series)) {
+					reasons = append(reasons, e.Reason+": "+e.Note)
+				}
+			}
+		}
+		if !slices.ContainsFunc(reasons, func(r string) bool { return strings.HasPrefix(r, v1alpha1.ReasonReconciled+": Ready is True") }) {
+			return fmt.Errorf("no Ready event yet: %q", reasons)
+		}
+		return nil
+	})
+	issued := 0
+	for _, r := range reasons {
+		if strings.HasPrefix(r, v1alpha1.ReasonCertificatesIssued+":") {
+			issued++
+		}
+		if strings.HasPrefix(r, v1alpha1.ReasonProgressing+":") {
+			t.Errorf("an event for the Progressing a new object starts in: %q", r)
+		}
+	}
+	if issued != 1 {
+		t.Errorf("%d CertificatesIssued events, want 1: %q", issued, reasons)
+	}
+}
+
+func seriesCount(s *eventsv1.EventSeries) int32 {
+	if s == nil {
+		return 0
+	}
+	return s.Count
 }

@@ -2,10 +2,8 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -107,17 +105,7 @@ func TestApiServerConfigReconciler_LaggingCacheIssuesNoSecondCA(t *testing.T) {
 	cfg := tenant(ns, "lagging", func(s *v1alpha1.ApiServerConfigSpec) {
 		s.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
 	})
-	if err := env.Client.Create(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	actAsDeploymentController(t, waitForDeployment(t, cfg))
-	eventually(t, 20*time.Second, "the object converges to Ready", func() error {
-		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-		if c := conditionOf(got, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-			return fmt.Errorf("Ready is %v", c)
-		}
-		return nil
-	})
+	createReady(t, cfg)
 	keys := func() map[string]string {
 		out := map[string]string{}
 		for _, name := range []string{apiserver.CASecretName(cfg.Name), apiserver.ServiceAccountSecretName(cfg.Name), apiserver.EncryptionSecretName(cfg.Name)} {

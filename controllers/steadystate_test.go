@@ -9,7 +9,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -81,17 +80,7 @@ func TestApiServerConfigReconciler_ConvergedObjectCausesNoWrites(t *testing.T) {
 		s.MasterCount = ptr.To[int32](3)
 		s.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
 	})
-	if err := env.Client.Create(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	actAsDeploymentController(t, waitForDeployment(t, cfg))
-	eventually(t, 20*time.Second, "the object converges to Ready", func() error {
-		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-		if c := conditionOf(got, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-			return fmt.Errorf("Ready is %v", c)
-		}
-		return nil
-	})
+	createReady(t, cfg)
 
 	// A reconciler that counts its writes, as a restarted operator would
 	// be: its first pass may re-apply what it has no memory of, every pass

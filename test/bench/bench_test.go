@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 )
 
 // scope collects the cleanups of one benchmark iteration, so that each
@@ -79,6 +80,22 @@ func BenchmarkConverge(b *testing.B) {
 	}
 }
 
+// setUp starts a fresh kube-apiserver and etcd, creates the namespaces of
+// n tenants (not the tenants), watches them and starts the operator.
+func setUp(s testing.TB, prefix string, n int) (*envtest.Environment, []*v1alpha1.ApiServerConfig, *watcher, *operator) {
+	s.Helper()
+	env := startEnv(s)
+	objs := tenants(env, prefix, n)
+	createNamespaces(s, env.Client, objs)
+	w := watch(s, env, converged)
+	return env, objs, w, startOperator(s, env)
+}
+
+// convergeTimeout bounds the wait for n new objects to converge.
+func convergeTimeout(n int) time.Duration {
+	return 2*time.Minute + time.Duration(n)*200*time.Millisecond
+}
+
 type convergeResult struct {
 	cpuSeconds      float64
 	controlPlaneCPU float64 // kube-apiserver and etcd
@@ -89,18 +106,14 @@ type convergeResult struct {
 func convergeOnce(b *testing.B, n int) convergeResult {
 	s := &scope{TB: b}
 	defer s.close()
-	env := startEnv(s)
-	objs := tenants(env, "converge", n)
-	createNamespaces(s, env.Client, objs)
-	w := watch(s, env, converged)
-	op := startOperator(s, env)
+	env, objs, w, op := setUp(s, "converge", n)
 	u0, c0, cp0 := op.usage(s), op.counters(s), controlPlaneCPU(s)
 
 	start := time.Now()
 	prof := startProfiles(s, fmt.Sprintf("converge-%d", n), env, op, time.Duration(n)*30*time.Millisecond)
 	b.StartTimer()
 	createAll(s, env.Client, objs)
-	w.waitAll(s, objs, 2*time.Minute+time.Duration(n)*200*time.Millisecond, fmt.Sprintf("%d ApiServerConfigs converge", n))
+	w.waitAll(s, objs, convergeTimeout(n), fmt.Sprintf("%d ApiServerConfigs converge", n))
 	b.StopTimer()
 
 	// Costs include the passes that follow convergence; the time does not.
@@ -122,11 +135,7 @@ func BenchmarkApplyToDeployment(b *testing.B) {
 	b.StopTimer()
 	s := &scope{TB: b}
 	defer s.close()
-	env := startEnv(s)
-	objs := tenants(env, "latency", b.N+1)
-	createNamespaces(s, env.Client, objs)
-	w := watch(s, env, converged)
-	startOperator(s, env)
+	env, objs, w, _ := setUp(s, "latency", b.N+1)
 
 	// The first object of a fresh operator is reported apart, as first-ms:
 	// created a few milliseconds after the operator's informers started
@@ -195,13 +204,9 @@ func BenchmarkSteadyState(b *testing.B) {
 func steadyOnce(b *testing.B, n int, window time.Duration) counters {
 	s := &scope{TB: b}
 	defer s.close()
-	env := startEnv(s)
-	objs := tenants(env, "steady", n)
-	createNamespaces(s, env.Client, objs)
-	w := watch(s, env, converged)
-	op := startOperator(s, env)
+	env, objs, w, op := setUp(s, "steady", n)
 	createAll(s, env.Client, objs)
-	w.waitAll(s, objs, 2*time.Minute+time.Duration(n)*200*time.Millisecond, fmt.Sprintf("%d ApiServerConfigs converge", n))
+	w.waitAll(s, objs, convergeTimeout(n), fmt.Sprintf("%d ApiServerConfigs converge", n))
 	actAsDeploymentController(s, env.Client, objs)
 	waitReady(s, env.Client, objs, time.Minute+time.Duration(n)*100*time.Millisecond)
 

@@ -7,6 +7,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -255,17 +256,12 @@ func (o *operator) counters(b testing.TB) counters {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.metricsURL, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	body, err := httpGet(ctx, o.metricsURL)
 	if err != nil {
 		b.Fatalf("scraping the manager's metrics: %v", err)
 	}
-	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
 		b.Fatalf("parsing the manager's metrics: %v", err)
 	}

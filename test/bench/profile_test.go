@@ -57,19 +57,7 @@ func startProfiles(b testing.TB, name string, env *envtest.Environment, op *oper
 		return cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", seconds).DoRaw(ctx)
 	})
 	save(name+"-operator.pprof", func(ctx context.Context) ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, op.pprofURL+"/profile?seconds="+seconds, nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("GET %s: %s", req.URL, resp.Status)
-		}
-		return io.ReadAll(resp.Body)
+		return httpGet(ctx, op.pprofURL+"/profile?seconds="+seconds)
 	})
 	return p
 }
@@ -84,22 +72,30 @@ func saveHeap(b testing.TB, name string, op *operator) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, op.pprofURL+"/heap", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	data, err := httpGet(ctx, op.pprofURL+"/heap")
 	if err != nil {
 		b.Fatalf("profiling the operator's heap: %v", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		b.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, name+"-operator-heap.pprof"), data, 0o644); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// httpGet returns the body of a 200 answer to GET url.
+func httpGet(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
 }
 
 // wait waits for the profiles and reports a failure to record one.

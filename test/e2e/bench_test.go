@@ -21,7 +21,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -86,10 +85,9 @@ func tenantReadyz(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerC
 // whenPodReady polls, every 50 ms, until a pod of cfg is Ready in the API,
 // and returns when it saw that (zero when ctx ends first).
 func whenPodReady(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig) time.Time {
-	selector := labels.SelectorFromSet(apiserver.SelectorLabels(cfg.Name))
 	for {
 		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.InNamespace(cfg.Namespace), client.MatchingLabelsSelector{Selector: selector}); err == nil {
+		if err := c.List(ctx, pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err == nil {
 			for _, p := range pods.Items {
 				for _, cond := range p.Status.Conditions {
 					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
@@ -119,10 +117,9 @@ func removeTenant(b testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) 
 
 func waitNoPods(b testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) {
 	b.Helper()
-	selector := labels.SelectorFromSet(apiserver.SelectorLabels(cfg.Name))
 	for range 240 {
 		pods := &corev1.PodList{}
-		if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
 			b.Fatal(err)
 		}
 		if len(pods.Items) == 0 {
