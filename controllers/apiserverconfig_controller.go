@@ -386,7 +386,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, current); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, step("Deployment", err)
 	}
-	hash := apiserver.ConfigHash(args, restartFiles(c, secrets, cm, encryption, etcdFiles))
+	hash := apiserver.ConfigHash(args, apiserver.PodFiles(c, secrets, cm, encryption, etcdFiles))
 	rolledOut := rolloutDone(current) && current.Spec.Template.Annotations[apiserver.ConfigHashAnnotation] == hash
 	rotationWait, err := r.rotate(ctx, cfg, c, p, now, rolledOut)
 	if err != nil {
@@ -395,7 +395,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if secrets, err = apiserver.DesiredPKISecrets(c, p.secrets); err != nil {
 		return ctrl.Result{}, step("PKI", err)
 	}
-	hash = apiserver.ConfigHash(args, restartFiles(c, secrets, cm, encryption, etcdFiles))
+	hash = apiserver.ConfigHash(args, apiserver.PodFiles(c, secrets, cm, encryption, etcdFiles))
 
 	// The Secrets do not depend on each other: applied side by side, a new
 	// tenant's Deployment comes a few round trips sooner.
@@ -585,44 +585,6 @@ func (r *ApiServerConfigReconciler) encryptionSecret(ctx context.Context, c *api
 	}
 	s.Data[encryptionKeysKey] = raw
 	return s, nil
-}
-
-// restartFiles are the contents of the files the pods mount, keyed by their
-// path in the container; apiserver.ConfigHash leaves out the ones
-// kube-apiserver reloads by itself.
-func restartFiles(c *apiserver.Completed, secrets []*corev1.Secret, cm *corev1.ConfigMap, encryption *corev1.Secret, etcd map[string][]byte) map[string][]byte {
-	byName := map[string]*corev1.Secret{}
-	for _, s := range secrets {
-		byName[s.Name] = s
-	}
-	get := func(secret, key string) []byte {
-		if s := byName[secret]; s != nil {
-			return s.Data[key]
-		}
-		return nil
-	}
-	n := c.Name
-	files := map[string][]byte{
-		apiserver.CAFile:                       get(apiserver.CASecretName(n), apiserver.CABundleKey),
-		apiserver.ServingCertFile:              get(apiserver.ServingSecretName(n), corev1.TLSCertKey),
-		apiserver.ServingKeyFile:               get(apiserver.ServingSecretName(n), corev1.TLSPrivateKeyKey),
-		apiserver.KubeletClientCertFile:        get(apiserver.KubeletClientSecretName(n), corev1.TLSCertKey),
-		apiserver.KubeletClientKeyFile:         get(apiserver.KubeletClientSecretName(n), corev1.TLSPrivateKeyKey),
-		apiserver.FrontProxyCAFile:             get(apiserver.FrontProxyCASecretName(n), apiserver.CABundleKey),
-		apiserver.FrontProxyClientCertFile:     get(apiserver.FrontProxyClientSecretName(n), corev1.TLSCertKey),
-		apiserver.FrontProxyClientKeyFile:      get(apiserver.FrontProxyClientSecretName(n), corev1.TLSPrivateKeyKey),
-		apiserver.ServiceAccountSigningKeyFile: get(apiserver.ServiceAccountSecretName(n), apiserver.ServiceAccountPrivateKeyKey),
-		apiserver.ServiceAccountKeyFile:        get(apiserver.ServiceAccountSecretName(n), apiserver.ServiceAccountPublicKeysKey),
-		apiserver.AuthenticationConfigFile:     []byte(cm.Data[apiserver.AuthenticationConfigKey]),
-		apiserver.AuditPolicyFile:              []byte(cm.Data[apiserver.AuditPolicyKey]),
-		apiserver.EtcdCAFile:                   etcd["ca"],
-		apiserver.EtcdCertFile:                 etcd["cert"],
-		apiserver.EtcdKeyFile:                  etcd["key"],
-	}
-	if encryption != nil {
-		files[apiserver.EncryptionConfigFile] = encryption.Data[apiserver.EncryptionConfigKey]
-	}
-	return files
 }
 
 // apply server-side applies obj with the operator's field owner, owned by

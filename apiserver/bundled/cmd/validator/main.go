@@ -1,0 +1,440 @@
+// Command validator judges a kube-apiserver command line with the bundled
+// kube-apiserver's own code: the same flag sets, the same Complete and
+// Validate, and the same configuration building (authentication,
+// authorization, admission plugins with their configuration, runtime-config,
+// encryption configuration, audit, feature-gate checks) that
+// kube-apiserver runs before it starts serving. It stops where
+// kube-apiserver would open its listener or contact etcd: it does neither.
+//
+// One process judges one request. It starts, initialises (the expensive
+// part: the whole of kube-apiserver's package initialisation), prints
+// "ready", reads one JSON request on standard input until EOF and prints
+// one JSON response on standard output. kube-apiserver keeps its feature
+// gates and component registry in process-global state that can be set
+// only once, so a fresh process per request is the only way to judge two
+// requests independently. The operator keeps one started process waiting
+// per version, so a request does not pay the start-up.
+//
+// The request's files are written below a private directory that stands
+// for the pod's file system: every absolute path in a path-valued flag is
+// read from there, so a flag naming a file the pod would not have is
+// refused, as it would be in the pod.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/pprof"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/test/bufconn"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apiserver/pkg/server/egressselector"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
+	"k8s.io/apiserver/pkg/server/resourceconfig"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/cli/globalflag"
+	basecompatibility "k8s.io/component-base/compatibility"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/component-base/version"
+	"k8s.io/component-base/version/verflag"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	"k8s.io/kubernetes/pkg/controlplane"
+)
+
+// request is what the operator sends: the command line as the pod runs it
+// and the files the pod has, by their path in the pod.
+type request struct {
+	Args  []string          `json:"args"`
+	Files map[string][]byte `json:"files"`
+	// Env is the pod's environment, for $(VAR) references in Args (the
+	// pod IP in --advertise-address).
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// problem is one reason kube-apiserver would refuse to start. Flags are the
+// flags it concerns, as far as they can be told: named in the message, or
+// known from the stage that failed.
+type problem struct {
+	Flags   []string `json:"flags,omitempty"`
+	Message string   `json:"message"`
+}
+
+type response struct {
+	Version  string    `json:"version"`
+	Problems []problem `json:"problems,omitempty"`
+	// Warnings are what kube-apiserver would log as a warning about its
+	// configuration (deprecated flags).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+func main() {
+	// Nothing in this process may reach a network address: discovery of
+	// OIDC issuers starts in the background when the authenticator is
+	// built, and goes through the proxy from the environment. A closed
+	// loopback port makes every such attempt fail at once, without a DNS
+	// look-up.
+	for _, k := range []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"} {
+		_ = os.Setenv(k, "http://127.0.0.1:9")
+	}
+	_ = os.Unsetenv("NO_PROXY")
+	_ = os.Unsetenv("no_proxy")
+
+	out := bufio.NewWriter(os.Stdout)
+	fmt.Fprintln(out, "ready")
+	_ = out.Flush()
+
+	// For measuring: KUBE_APISERVER_VALIDATOR_CPUPROFILE names a file for a
+	// CPU profile of the judging.
+	if path := os.Getenv("KUBE_APISERVER_VALIDATOR_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
+	var req request
+	resp := response{Version: version.Get().GitVersion}
+	if err := json.NewDecoder(io.LimitReader(os.Stdin, 16<<20)).Decode(&req); err != nil {
+		resp.Problems = []problem{{Message: fmt.Sprintf("reading the validation request: %v", err)}}
+	} else {
+		root, err := os.MkdirTemp("", "kube-apiserver-validator-")
+		if err != nil {
+			resp.Problems = []problem{{Message: fmt.Sprintf("creating the pod's file system: %v", err)}}
+		} else {
+			resp.Problems, resp.Warnings = judge(req, root)
+			_ = os.RemoveAll(root)
+			// Paths are reported as the pod sees them.
+			for i := range resp.Problems {
+				resp.Problems[i].Message = strings.ReplaceAll(resp.Problems[i].Message, root, "")
+			}
+		}
+	}
+	_ = json.NewEncoder(out).Encode(resp)
+	_ = out.Flush()
+}
+
+// judge runs kube-apiserver's start-up up to, and not including, serving.
+func judge(req request, root string) (problems []problem, warnings []string) {
+	for path, data := range req.Files {
+		if !filepath.IsAbs(path) {
+			return []problem{{Message: fmt.Sprintf("file %q: not an absolute path", path)}}, nil
+		}
+		p := filepath.Join(root, filepath.Clean(path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return []problem{{Message: fmt.Sprintf("writing file %s: %v", path, err)}}, nil
+		}
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			return []problem{{Message: fmt.Sprintf("writing file %s: %v", path, err)}}, nil
+		}
+	}
+
+	// The command kube-apiserver builds (app.NewAPIServerCommand), flag
+	// for flag.
+	s := options.NewServerRunOptions()
+	featureGate := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
+	// Self-signed certificates, when the flags name none, go where the
+	// pod would write them, below root.
+	s.SecureServing.ServerCert.CertDirectory = underRoot(root, s.SecureServing.ServerCert.CertDirectory)
+	namedFlagSets := s.Flags()
+	verflag.AddFlags(namedFlagSets.FlagSet("global"))
+	globalflag.AddGlobalFlags(namedFlagSets.FlagSet("global"), "kube-apiserver", logs.SkipLoggingConfigurationFlags())
+	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for _, f := range namedFlagSets.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+
+	args, err := podArgs(fs, root, req)
+	if err != nil {
+		return []problem{attribute(err, nil)}, nil
+	}
+	set := map[string]string{} // flag name -> value, for the flags given
+	if err := fs.Parse(args); err != nil {
+		return []problem{attribute(err, set)}, nil
+	}
+	fs.Visit(func(f *pflag.Flag) {
+		set[f.Name] = f.Value.String()
+		if f.Deprecated != "" {
+			warnings = append(warnings, fmt.Sprintf("--%s is deprecated: %s", f.Name, f.Deprecated))
+		}
+	})
+	if rest := fs.Args(); len(rest) > 0 {
+		return []problem{{Message: fmt.Sprintf("kube-apiserver takes no arguments, got %q", rest)}}, warnings
+	}
+	if _, ok := set["version"]; ok {
+		return []problem{{Flags: []string{"version"}, Message: "--version makes kube-apiserver print its version and exit instead of serving"}}, warnings
+	}
+
+	// PersistentPreRunE: emulation version and feature gates.
+	if err := s.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
+		return []problem{attributeTo(err, set, "emulated-version", "feature-gates")}, warnings
+	}
+	// RunE, in its order.
+	if err := logsapi.ValidateAndApply(s.Logs, featureGate); err != nil {
+		return []problem{attribute(err, set)}, warnings
+	}
+	// Nothing listens: the serving options get a listener that never
+	// accepts, at the address and port the flags give.
+	s.SecureServing.Listener = inertListener{addr: &net.TCPAddr{IP: s.SecureServing.BindAddress, Port: s.SecureServing.BindPort}}
+	// Nothing contacts etcd: no health checks are built.
+	s.Etcd.SkipHealthEndpoints = true
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	completed, err := s.Complete(ctx)
+	if err != nil {
+		return []problem{attribute(err, set)}, warnings
+	}
+	if errs := completed.Validate(); len(errs) != 0 {
+		for _, e := range flatten(errs) {
+			problems = append(problems, attribute(e, set))
+		}
+		return problems, warnings
+	}
+
+	// Configuration files whose errors name no flag: load them first, on
+	// their own, so that the error can say which flag it concerns.
+	if path := completed.Etcd.EncryptionProviderConfigFilepath; path != "" {
+		encCtx, encCancel := context.WithCancel(ctx)
+		_, err := encryptionconfig.LoadEncryptionConfig(encCtx, path, completed.Etcd.EncryptionProviderConfigAutomaticReload, "validator")
+		encCancel()
+		if err != nil {
+			return []problem{attributeTo(err, set, "encryption-provider-config")}, warnings
+		}
+	}
+
+	// The authentication configuration (file or flags) and the API
+	// groups of --runtime-config, on their own for the same reason.
+	if _, err := completed.Authentication.ToAuthenticationConfig(); err != nil {
+		return []problem{attributeTo(err, set, "authentication-config", "oidc-issuer-url")}, warnings
+	}
+	if _, err := resourceconfig.MergeAPIResourceConfigs(controlplane.DefaultAPIResourceConfigSource(), completed.APIEnablement.RuntimeConfig, legacyscheme.Scheme); err != nil {
+		return []problem{attributeTo(err, set, "runtime-config")}, warnings
+	}
+
+	// Building the configuration creates one storage (the peer endpoint
+	// leases of the mixed-version proxy), whose etcd client waits for a
+	// connection. After Validate has judged the etcd flags, the client is
+	// pointed at an in-memory gRPC server that answers nothing.
+	stopEtcd := standInEtcd(&completed.Etcd.StorageConfig.Transport)
+	defer stopEtcd()
+
+	// The configuration kube-apiserver builds before it serves: generic
+	// config, authentication, authorization, admission with its plugins
+	// initialised, API enablement from --runtime-config, audit, the
+	// extensions and aggregator configurations.
+	config, err := app.NewConfig(completed)
+	if err != nil {
+		return []problem{attributeStage(err, set)}, warnings
+	}
+	if _, err := config.Complete(); err != nil {
+		return []problem{attributeStage(err, set)}, warnings
+	}
+	return nil, warnings
+}
+
+// pathFlagTypes are the flag types whose values are file paths when they
+// start with a slash.
+var pathFlagTypes = map[string]bool{"string": true, "stringArray": true, "stringSlice": true}
+
+// notPaths are string flags whose values start with a slash but name no
+// file.
+var notPaths = map[string]bool{"etcd-prefix": true, "etcd-servers-overrides": true, "service-account-jwks-uri": true}
+
+// podArgs expands $(VAR) references from the pod's environment, as
+// kubelet does, and moves every file path below root.
+func podArgs(fs *pflag.FlagSet, root string, req request) ([]string, error) {
+	var out []string
+	for _, a := range req.Args {
+		for k, v := range req.Env {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
+		name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		f := fs.Lookup(name)
+		if !ok || f == nil || notPaths[name] {
+			out = append(out, a)
+			continue
+		}
+		switch {
+		case f.Value.Type() == "namedCertKey":
+			// cert,key[:names]
+			files, names, hasNames := strings.Cut(value, ":")
+			parts := strings.Split(files, ",")
+			for i, p := range parts {
+				parts[i] = underRoot(root, p)
+			}
+			value = strings.Join(parts, ",")
+			if hasNames {
+				value += ":" + names
+			}
+		case pathFlagTypes[f.Value.Type()]:
+			parts := strings.Split(value, ",")
+			for i, p := range parts {
+				parts[i] = underRoot(root, p)
+			}
+			value = strings.Join(parts, ",")
+		}
+		out = append(out, "--"+name+"="+value)
+	}
+	return out, nil
+}
+
+func underRoot(root, p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return p
+	}
+	return filepath.Join(root, filepath.Clean(p))
+}
+
+// flatten opens aggregates, so that each problem is reported on its own.
+func flatten(errs []error) []error {
+	var out []error
+	for _, e := range errs {
+		var agg utilerrors.Aggregate
+		if errors.As(e, &agg) {
+			out = append(out, flatten(agg.Errors())...)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+var flagRef = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`)
+
+// attribute finds the flags an error concerns: those it names with their
+// dashes, else the set flags whose names it mentions.
+func attribute(err error, set map[string]string) problem {
+	if set == nil {
+		set = map[string]string{}
+	}
+	msg := err.Error()
+	var flags []string
+	for _, m := range flagRef.FindAllStringSubmatch(msg, -1) {
+		flags = append(flags, m[1])
+	}
+	if len(flags) == 0 {
+		for name := range set {
+			// "audit-log-format" or "audit log format"
+			if mentions(msg, name) || mentions(msg, strings.ReplaceAll(name, "-", " ")) {
+				flags = append(flags, name)
+			}
+		}
+	}
+	if len(flags) == 0 {
+		// The message quotes a flag's value: "unknown api groups
+		// foo.example.com/v1", "service IP family "fd00::/108" ...".
+		for name, value := range set {
+			for _, part := range strings.FieldsFunc(value, func(r rune) bool { return strings.ContainsRune(",[]= ", r) }) {
+				if len(part) >= 4 && strings.Contains(msg, part) && !slices.Contains(flags, name) {
+					flags = append(flags, name)
+				}
+			}
+		}
+	}
+	sort.Strings(flags)
+	return problem{Flags: slices.Compact(flags), Message: msg}
+}
+
+// attributeTo is attribute, with flags known from the stage that failed
+// when the message names none.
+func attributeTo(err error, set map[string]string, stageFlags ...string) problem {
+	p := attribute(err, set)
+	if len(p.Flags) == 0 {
+		for _, f := range stageFlags {
+			if _, ok := set[f]; ok {
+				p.Flags = append(p.Flags, f)
+			}
+		}
+	}
+	return p
+}
+
+// stages are the prefixes kube-apiserver's configuration building puts
+// before an error, and the flags that configure that stage.
+var stages = []struct {
+	prefix string
+	flags  []string
+}{
+	{"failed to apply admission", []string{"enable-admission-plugins", "disable-admission-plugins", "admission-control-config-file"}},
+	{"invalid authorization config", []string{"authorization-mode", "authorization-config", "authorization-webhook-config-file"}},
+	{"initializing audit webhook", []string{"audit-webhook-config-file"}},
+	{"service IP family", []string{"advertise-address", "service-cluster-ip-range"}},
+	{"invalid authentication configuration", []string{"authentication-config"}},
+}
+
+// attributeStage is attribute, with flags known from the stage's prefix
+// when the message names none.
+func attributeStage(err error, set map[string]string) problem {
+	for _, st := range stages {
+		if strings.Contains(err.Error(), st.prefix) {
+			return attributeTo(err, set, st.flags...)
+		}
+	}
+	return attribute(err, set)
+}
+
+// mentions reports whether msg names the flag as a word of its own.
+func mentions(msg, name string) bool {
+	for i := 0; ; {
+		j := strings.Index(msg[i:], name)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(name)
+		before := start == 0 || !isNameByte(msg[start-1])
+		if strings.Contains(name, " ") {
+			before = start == 0 || msg[start-1] == ' ' || msg[start-1] == '"'
+		}
+		after := end == len(msg) || !isNameByte(msg[end])
+		if before && after {
+			return true
+		}
+		i = end
+	}
+}
+
+func isNameByte(b byte) bool {
+	return b == '-' || b == '_' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
+}
+
+// standInEtcd points the etcd transport at a gRPC server in this process,
+// reached through an in-memory connection: the client becomes ready, and
+// no socket is opened.
+func standInEtcd(tr *storagebackend.TransportConfig) (stop func()) {
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	go func() { _ = srv.Serve(lis) }()
+	tr.ServerList = []string{"http://etcd.validator.invalid:2379"}
+	tr.CertFile, tr.KeyFile, tr.TrustedCAFile = "", "", ""
+	tr.EgressLookup = func(egressselector.NetworkContext) (utilnet.DialFunc, error) {
+		return func(ctx context.Context, _, _ string) (net.Conn, error) { return lis.DialContext(ctx) }, nil
+	}
+	return srv.Stop
+}
+
+// inertListener stands in for the serving socket: it has an address and
+// never accepts.
+type inertListener struct{ addr *net.TCPAddr }
+
+func (l inertListener) Accept() (net.Conn, error) { return nil, errors.New("the validator does not serve") }
+func (l inertListener) Close() error              { return nil }
+func (l inertListener) Addr() net.Addr            { return l.addr }

@@ -1,0 +1,320 @@
+// Package upstream asks the bundled kube-apiserver's own code whether it
+// would start with a command line and its files. The judge is the
+// validator command of the bundled module (apiserver/bundled/cmd/validator),
+// built for each bundled version as kube-apiserver-validator-<version>: it
+// parses the flags with kube-apiserver's flag sets and runs its Complete,
+// Validate and configuration building, without listening and without
+// contacting etcd.
+//
+// kube-apiserver keeps feature gates in process-global state that can be set
+// once, so a validator process judges one request and exits. Starting one
+// costs about as much as kube-apiserver's package initialisation; Pool keeps
+// one started process waiting per version so that a request pays only for
+// the judging.
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// BinaryPrefix names the validator binaries: BinaryPrefix + version.
+const BinaryPrefix = "kube-apiserver-validator-"
+
+// Request is a command line as the pod runs it and the files the pod has.
+type Request struct {
+	// Args are the flags, --name=value.
+	Args []string `json:"args"`
+	// Files are the pod's files by their absolute path in the pod.
+	Files map[string][]byte `json:"files"`
+	// Env is the pod's environment, for $(VAR) references in Args.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// Problem is one reason kube-apiserver would refuse to start.
+type Problem struct {
+	// Flags are the flags the problem concerns, as far as the validator
+	// can tell (named in the message or known from the failing stage).
+	Flags []string `json:"flags,omitempty"`
+	// Message is kube-apiserver's own error.
+	Message string `json:"message"`
+}
+
+// Result is the judgement of one Request.
+type Result struct {
+	// Version is the kube-apiserver version that judged.
+	Version  string    `json:"version"`
+	Problems []Problem `json:"problems,omitempty"`
+	Warnings []string  `json:"warnings,omitempty"`
+}
+
+// Validator judges requests for kube-apiserver versions.
+type Validator interface {
+	// Validate judges req with the code of kube-apiserver version. An
+	// error means no judgement was made (no validator for that version,
+	// or it did not answer): callers must not treat that as acceptance.
+	Validate(ctx context.Context, version string, req Request) (*Result, error)
+	// Has reports whether there is a validator for version.
+	Has(version string) bool
+}
+
+// ErrNoValidator is returned for a version that has no validator binary.
+var ErrNoValidator = errors.New("no validator for this kube-apiserver version")
+
+// Timeout bounds one judgement when the caller's context has no deadline.
+const Timeout = 20 * time.Second
+
+// Pool runs validator processes from the binaries in one directory.
+type Pool struct {
+	dir string
+
+	mu sync.Mutex
+	// waiting holds one started process per version, ready for a request.
+	waiting map[string]*process
+	closed  bool
+}
+
+// NewPool serves the validators found in dir (files named
+// kube-apiserver-validator-<version>). Nothing is started until Warm or the
+// first request.
+func NewPool(dir string) *Pool {
+	return &Pool{dir: dir, waiting: map[string]*process{}}
+}
+
+// Versions are the versions that have a validator in the pool's directory.
+func (p *Pool) Versions() []string {
+	entries, err := os.ReadDir(p.dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if v, ok := strings.CutPrefix(e.Name(), BinaryPrefix); ok && !e.IsDir() {
+			out = append(out, v)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Has reports whether there is a validator for version.
+func (p *Pool) Has(version string) bool {
+	info, err := os.Stat(p.binary(version))
+	return err == nil && !info.IsDir()
+}
+
+func (p *Pool) binary(version string) string {
+	return filepath.Join(p.dir, BinaryPrefix+filepath.Base(version))
+}
+
+// Warm starts a waiting process for every version, so that the first
+// requests do not pay the start-up.
+func (p *Pool) Warm() {
+	for _, v := range p.Versions() {
+		p.mu.Lock()
+		if p.waiting[v] == nil && !p.closed {
+			if proc, err := start(p.binary(v)); err == nil {
+				p.waiting[v] = proc
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// Close stops the waiting processes.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for v, proc := range p.waiting {
+		proc.kill()
+		delete(p.waiting, v)
+	}
+}
+
+// Validate judges req with kube-apiserver version's code: it takes the
+// waiting process (or starts one), and starts the next one in the
+// background.
+func (p *Pool) Validate(ctx context.Context, version string, req Request) (*Result, error) {
+	if !p.Has(version) {
+		return nil, fmt.Errorf("%w: %s (looked for %s)", ErrNoValidator, version, p.binary(version))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, Timeout)
+		defer cancel()
+	}
+	p.mu.Lock()
+	proc := p.waiting[version]
+	delete(p.waiting, version)
+	closed := p.closed
+	p.mu.Unlock()
+	if proc == nil {
+		var err error
+		if proc, err = start(p.binary(version)); err != nil {
+			return nil, err
+		}
+	}
+	res, err := proc.judge(ctx, req)
+	// The next process starts once this one is done, so that its start-up
+	// does not compete with the judging for CPU.
+	if !closed {
+		go p.refill(version)
+	}
+	return res, err
+}
+
+// refill starts the next waiting process for version, unless one is there.
+func (p *Pool) refill(version string) {
+	next, err := start(p.binary(version))
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.waiting[version] != nil {
+		next.kill()
+		return
+	}
+	p.waiting[version] = next
+}
+
+// process is one started validator, waiting for its request.
+type process struct {
+	cmd        *exec.Cmd
+	stdin      io.WriteCloser
+	stdoutFile *os.File
+	stdout     *bufio.Reader
+	stderr     *limitedBuffer
+	// exited is closed once the process has exited and its output is
+	// read.
+	exited chan struct{}
+	// ready is closed once the process printed "ready" (or failed to).
+	ready    chan struct{}
+	readyErr error
+}
+
+func start(binary string) (*process, error) {
+	cmd := exec.Command(binary)
+	// Only what the validator needs: it sets its own proxy variables so
+	// that nothing reaches the network.
+	cmd.Env = []string{"HOME=" + os.TempDir(), "TMPDIR=" + os.TempDir()}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting the validator %s: %w", binary, err)
+	}
+	// A pipe of our own rather than StdoutPipe, so that reaping the
+	// process never closes it under a reader.
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting the validator %s: %w", binary, err)
+	}
+	cmd.Stdout = stdoutW
+	stderr := &limitedBuffer{max: 64 << 10}
+	cmd.Stderr = stderr
+	err = cmd.Start()
+	_ = stdoutW.Close()
+	if err != nil {
+		_ = stdoutR.Close()
+		return nil, fmt.Errorf("starting the validator %s: %w", binary, err)
+	}
+	p := &process{cmd: cmd, stdin: stdin, stdoutFile: stdoutR, stdout: bufio.NewReader(stdoutR), stderr: stderr,
+		exited: make(chan struct{}), ready: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	go func() {
+		defer close(p.ready)
+		line, err := p.stdout.ReadString('\n')
+		if err != nil || strings.TrimSpace(line) != "ready" {
+			p.readyErr = fmt.Errorf("the validator %s did not start: %q %v", binary, line, err)
+		}
+	}()
+	return p, nil
+}
+
+// judge sends req and reads the result; the process exits after it.
+func (p *process) judge(ctx context.Context, req Request) (*Result, error) {
+	defer p.kill()
+	select {
+	case <-p.ready:
+		if p.readyErr != nil {
+			return nil, p.readyErr
+		}
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the validator to start: %w", ctx.Err())
+	}
+	type answer struct {
+		res *Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		if err := json.NewEncoder(p.stdin).Encode(req); err != nil {
+			done <- answer{err: fmt.Errorf("sending the request to the validator: %w", err)}
+			return
+		}
+		_ = p.stdin.Close()
+		var res Result
+		if err := json.NewDecoder(p.stdout).Decode(&res); err != nil {
+			<-p.exited
+			done <- answer{err: fmt.Errorf("reading the validator's answer: %w (its last output: %s)", err, tail(p.stderr.String(), 400))}
+			return
+		}
+		done <- answer{res: &res}
+	}()
+	select {
+	case a := <-done:
+		return a.res, a.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the validator's answer: %w", ctx.Err())
+	}
+}
+
+// kill ends the process (it is reaped by the goroutine that waits for it).
+func (p *process) kill() {
+	_ = p.cmd.Process.Kill()
+	_ = p.stdoutFile.Close()
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	b   bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}

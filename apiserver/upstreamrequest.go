@@ -1,0 +1,216 @@
+package apiserver
+
+import (
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+)
+
+// DefaultPodIP stands for the address a tenant's pod advertises when the
+// operator does not know the pod network's family: IPv4, the common case.
+const DefaultPodIP = "10.0.0.10"
+
+// PodFiles are the contents of the files the pods mount, keyed by their
+// path in the container, from the Secrets and ConfigMap the operator
+// renders, its encryption Secret (nil without encryption) and the etcd
+// client credentials ("ca", "cert", "key"; nil without etcd TLS).
+func PodFiles(c *Completed, secrets []*corev1.Secret, cm *corev1.ConfigMap, encryption *corev1.Secret, etcd map[string][]byte) map[string][]byte {
+	byName := map[string]*corev1.Secret{}
+	for _, s := range secrets {
+		byName[s.Name] = s
+	}
+	get := func(secret, key string) []byte {
+		if s := byName[secret]; s != nil {
+			return s.Data[key]
+		}
+		return nil
+	}
+	n := c.Name
+	files := map[string][]byte{
+		CAFile:                       get(CASecretName(n), CABundleKey),
+		ServingCertFile:              get(ServingSecretName(n), corev1.TLSCertKey),
+		ServingKeyFile:               get(ServingSecretName(n), corev1.TLSPrivateKeyKey),
+		KubeletClientCertFile:        get(KubeletClientSecretName(n), corev1.TLSCertKey),
+		KubeletClientKeyFile:         get(KubeletClientSecretName(n), corev1.TLSPrivateKeyKey),
+		FrontProxyCAFile:             get(FrontProxyCASecretName(n), CABundleKey),
+		FrontProxyClientCertFile:     get(FrontProxyClientSecretName(n), corev1.TLSCertKey),
+		FrontProxyClientKeyFile:      get(FrontProxyClientSecretName(n), corev1.TLSPrivateKeyKey),
+		ServiceAccountSigningKeyFile: get(ServiceAccountSecretName(n), ServiceAccountPrivateKeyKey),
+		ServiceAccountKeyFile:        get(ServiceAccountSecretName(n), ServiceAccountPublicKeysKey),
+		AuthenticationConfigFile:     []byte(cm.Data[AuthenticationConfigKey]),
+		AuditPolicyFile:              []byte(cm.Data[AuditPolicyKey]),
+		EtcdCAFile:                   etcd["ca"],
+		EtcdCertFile:                 etcd["cert"],
+		EtcdKeyFile:                  etcd["key"],
+	}
+	if encryption != nil {
+		files[EncryptionConfigFile] = encryption.Data[EncryptionConfigKey]
+	}
+	return files
+}
+
+// throwaway is key material that stands for a tenant's own in a
+// validation request: what kube-apiserver accepts does not depend on which
+// keys it is given, only on their being well formed.
+type throwaway struct {
+	pki        PKISecrets
+	etcd       map[string][]byte
+	encryption []EncryptionKey
+	authzHook  []byte
+	oidcCA     []byte
+}
+
+var throwaways sync.Map // v1alpha1.KeyAlgorithm -> func() (*throwaway, error)
+
+func throwawayFor(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
+	f, _ := throwaways.LoadOrStore(alg, sync.OnceValues(func() (*throwaway, error) { return newThrowaway(alg) }))
+	return f.(func() (*throwaway, error))()
+}
+
+func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
+	now := time.Now()
+	const validity = 10 * 365 * 24 * time.Hour
+	ca, err := pki.NewSelfSignedCA("validation-ca", alg, validity, now)
+	if err != nil {
+		return nil, err
+	}
+	issue := func(cfg pki.CertConfig) (*pki.KeyPair, error) {
+		return pki.NewSignedCert(ca, cfg, alg, validity, now)
+	}
+	serving, err := issue(pki.ServingCertConfig([]string{"kubernetes"}, nil))
+	if err != nil {
+		return nil, err
+	}
+	kubelet, err := issue(pki.KubeletClientCertConfig())
+	if err != nil {
+		return nil, err
+	}
+	frontProxy, err := issue(pki.FrontProxyClientCertConfig())
+	if err != nil {
+		return nil, err
+	}
+	etcdClient, err := issue(pki.EtcdClientCertConfig())
+	if err != nil {
+		return nil, err
+	}
+	etcdKey, err := etcdClient.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	sa, err := pki.NewServiceAccountKey(alg)
+	if err != nil {
+		return nil, err
+	}
+	saPrivate, err := sa.PrivateKeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	saPublic, err := pki.PublicKeysPEM(sa.Public())
+	if err != nil {
+		return nil, err
+	}
+	bundle := pki.TrustBundle(now, ca.Cert())
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	hook := clientcmdapi.NewConfig()
+	hook.Clusters["authz"] = &clientcmdapi.Cluster{Server: "https://authorization-webhook.invalid", CertificateAuthorityData: bundle}
+	hook.AuthInfos["apiserver"] = &clientcmdapi.AuthInfo{}
+	hook.Contexts["authz"] = &clientcmdapi.Context{Cluster: "authz", AuthInfo: "apiserver"}
+	hook.CurrentContext = "authz"
+	hookData, err := clientcmd.Write(*hook)
+	if err != nil {
+		return nil, err
+	}
+	return &throwaway{
+		pki: PKISecrets{
+			CA: ca, CABundle: bundle, Serving: serving, KubeletClient: kubelet,
+			FrontProxyCA: ca, FrontProxyCABundle: bundle, FrontProxyClient: frontProxy,
+			ServiceAccountSigningKey: saPrivate, ServiceAccountPublicKeys: saPublic,
+			AdminKubeconfig: []byte("unused"),
+		},
+		etcd:       map[string][]byte{"ca": bundle, "cert": etcdClient.CertPEM(), "key": etcdKey},
+		encryption: []EncryptionKey{{Name: "validation", Secret: secret}},
+		authzHook:  hookData,
+		oidcCA:     bundle,
+	}, nil
+}
+
+// ValidationRequest is what c's pods would run, their command line and
+// every file they mount, for the validator of c's version. Key material is
+// throwaway. Files that come from the user's own objects (the etcd client
+// Secret, an authorization webhook kubeconfig, an encryption configuration
+// Secret, an audit policy ConfigMap) are stood in for by well-formed ones:
+// their content is checked where the operator reads them. podIP is the
+// address the pods advertise, for the family checks.
+func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
+	args, err := Args(c)
+	if err != nil {
+		return upstream.Request{}, err
+	}
+	t, err := throwawayFor(c.Spec.Certificates.KeyAlgorithm)
+	if err != nil {
+		return upstream.Request{}, fmt.Errorf("issuing the validation certificates: %w", err)
+	}
+	var oidcCA []byte
+	if o := c.Spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" {
+		oidcCA = t.oidcCA
+	}
+	secrets, err := DesiredPKISecrets(c, t.pki)
+	if err != nil {
+		return upstream.Request{}, err
+	}
+	cm, err := DesiredConfigMap(c, oidcCA)
+	if err != nil {
+		return upstream.Request{}, err
+	}
+	if cm.Data[AuditPolicyKey] == "" {
+		policy, err := DefaultAuditPolicy()
+		if err != nil {
+			return upstream.Request{}, err
+		}
+		cm.Data[AuditPolicyKey] = string(policy)
+	}
+	var encryption *corev1.Secret
+	if e := c.Spec.Encryption; e != nil {
+		stand := *e
+		if stand.Provider == "" {
+			stand = v1alpha1.EncryptionSpec{Provider: "secretbox"}
+		}
+		data, err := EncryptionConfig(&stand, t.encryption)
+		if err != nil {
+			return upstream.Request{}, err
+		}
+		encryption = &corev1.Secret{Data: map[string][]byte{EncryptionConfigKey: data}}
+	}
+	var etcd map[string][]byte
+	if c.Spec.Etcd.TLS != nil {
+		etcd = t.etcd
+	}
+	files := PodFiles(c, secrets, cm, encryption, etcd)
+	for path, data := range files {
+		if len(data) == 0 {
+			delete(files, path)
+		}
+	}
+	if c.Spec.Authorization.Webhook != nil {
+		files[AuthorizationWebhookKubeconfigFile] = t.authzHook
+	}
+	if oidcCA != nil && !usesAuthenticationConfig(c) {
+		files[OIDCCAFile] = oidcCA
+	}
+	if podIP == "" {
+		podIP = DefaultPodIP
+	}
+	return upstream.Request{Args: args, Files: files, Env: map[string]string{PodIPEnv: podIP}}, nil
+}
