@@ -9,5 +9,8 @@ RUN CGO_ENABLED=0 GOFLAGS=-trimpath go build -ldflags "-s -w" -o /manager .
 
 FROM gcr.io/distroless/static:nonroot
 COPY --from=build /manager /manager
+# The validator of the bundled kube-apiserver, built by `make bundled`
+# (apiserver/bundled/cmd/validator), beside the manager where it looks.
+COPY bin/kube-apiserver-validator-* /
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -28,6 +28,7 @@ import (
 
 	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
 )
 
@@ -66,6 +67,7 @@ type options struct {
 	zap                  zap.Options
 	leaderElectionID     string
 	watchNamespaceFilter string
+	validatorDir         string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -104,6 +106,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Service, in the manager's namespace, through which kube-apiserver calls the webhook.")
 	fs.StringVar(&o.webhookConfiguration, "webhook-configuration", "apiserver-operator-validating-webhook-configuration",
 		"ValidatingWebhookConfiguration whose caBundle the manager keeps with self-managed certificates.")
+	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
+		"Directory with the validators of the bundled kube-apiserver versions ("+upstream.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -112,6 +116,16 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		return nil, fmt.Errorf("--max-concurrent-reconciles is %d: it must be at least 1", o.concurrency)
 	}
 	return o, nil
+}
+
+// defaultValidatorDir is the directory of the manager's own executable,
+// where the image and `make` put the validators.
+func defaultValidatorDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "."
+	}
+	return filepath.Dir(exe)
 }
 
 // run parses args with fs and runs the manager until ctx is done. The
@@ -212,7 +226,17 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("--webhook-cert-management is %q: use self or external", o.webhookCerts)
 	}
 	if o.webhooks {
-		if err := controllers.SetupWebhookWithManager(mgr); err != nil {
+		validators := upstream.NewPool(o.validatorDir)
+		if len(validators.Versions()) == 0 {
+			setupLog.Info("No kube-apiserver validator found: admission will refuse every ApiServerConfig of a bundled version", "validatorDir", o.validatorDir)
+		}
+		// One process per version waits, started, for the first request.
+		validators.Warm()
+		defer validators.Close()
+		// The tenants' pods run on the manager's pod network: their
+		// --advertise-address has the family of the manager's own IP.
+		admission := apiserver.Admission{Validator: validators, PodIP: os.Getenv("POD_IP")}
+		if err := controllers.SetupWebhookWithManager(mgr, admission); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)
 		}
 		// Ready only once the webhook serves, or admission would fail.

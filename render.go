@@ -9,6 +9,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/render"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
 )
 
 // crdYAML is the CRD the binary was built with: render applies its defaults
@@ -25,6 +26,8 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	file := fs.String("f", "-", "ApiServerConfig manifest to render; - reads standard input.")
 	repo := fs.String("apiserver-image-repository", apiserver.DefaultImageRepository, "Repository of the bundled kube-apiserver image, as the operator is configured.")
 	clusterIP := fs.String("service-cluster-ip", "", "ClusterIP of the apiservers' Service, if known (it goes in the serving certificate).")
+	validatorDir := fs.String("validator-dir", defaultValidatorDir(), "Directory with the kube-apiserver validators ("+upstream.BinaryPrefix+"<version>), as the operator is configured.")
+	podIP := fs.String("pod-ip", apiserver.DefaultPodIP, "An address of the pod network the apiserver pods would run on (its family must match the first service range).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,9 +42,12 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("reading %s: %w", *file, err)
 	}
 	render.SetWarningWriter(stderr)
+	validators := upstream.NewPool(*validatorDir)
+	defer validators.Close()
 	return render.Render(stdout, manifest, render.Options{
 		CRD:             crdYAML,
 		ImageRepository: *repo,
 		Inputs:          apiserver.Inputs{ServiceClusterIP: *clusterIP},
+		Admission:       apiserver.Admission{Validator: validators, PodIP: *podIP},
 	})
 }

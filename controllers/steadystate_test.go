@@ -144,10 +144,15 @@ func TestApiServerConfigReconciler_AutoSizingResizesOnceThenStaysPut(t *testing.
 		}
 		return nil
 	})
-	sized := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta}).Status.CacheSizing
-	if sized == nil || sized.SizedForNodes == nil || *sized.SizedForNodes != 1000 || sized.EstimatedClusterSize != 1000 || sized.MaxInflight != 690 {
-		t.Fatalf("status does not record the sizing: %+v", sized)
-	}
+	// Status is written at the end of the pass that changed the args.
+	var sized *v1alpha1.CacheSizingStatus
+	eventually(t, 10*time.Second, "status records the sizing", func() error {
+		sized = get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta}).Status.CacheSizing
+		if sized == nil || sized.SizedForNodes == nil || *sized.SizedForNodes != 1000 || sized.EstimatedClusterSize != 1000 || sized.MaxInflight != 690 {
+			return fmt.Errorf("status does not record the sizing: %+v", sized)
+		}
+		return nil
+	})
 	hash := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta}).Spec.Template.Annotations[apiserver.ConfigHashAnnotation]
 
 	// 5% more nodes is below the threshold: observed, not acted upon.

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,30 +15,39 @@ import (
 // +kubebuilder:webhook:path=/validate-controlplane-apiserver-operator-dev-v1alpha1-apiserverconfig,mutating=false,failurePolicy=fail,sideEffects=None,groups=controlplane.apiserver-operator.dev,resources=apiserverconfigs,verbs=create;update,versions=v1alpha1,name=vapiserverconfig.controlplane.apiserver-operator.dev,admissionReviewVersions=v1,timeoutSeconds=10
 
 // ApiServerConfigValidator is the validating admission webhook for what
-// the CRD's CEL rules cannot check: the spec against the flags, feature
-// gates, admission plugins and resources of the kube-apiserver it will run
-// (apiserver.Validate). A refused spec never reaches a pod.
-type ApiServerConfigValidator struct{}
+// the CRD's CEL rules cannot check (apiserver.Admission): the spec against
+// the catalogs of the kube-apiserver it will run, the operator's policy,
+// and then that kube-apiserver's own code judging the rendered command line
+// and files. A refused spec never reaches a pod.
+type ApiServerConfigValidator struct {
+	Admission apiserver.Admission
+}
 
 var _ admission.Validator[*v1alpha1.ApiServerConfig] = ApiServerConfigValidator{}
 
+// webhookBudget bounds the judging of one request, inside the webhook's
+// timeoutSeconds, so that a slow validator gives a clear refusal rather
+// than kube-apiserver's timeout.
+const webhookBudget = 8 * time.Second
+
 // SetupWebhookWithManager serves the validator from the manager's webhook
 // server.
-func SetupWebhookWithManager(mgr ctrl.Manager) error {
+func SetupWebhookWithManager(mgr ctrl.Manager, a apiserver.Admission) error {
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.ApiServerConfig{}).
-		WithValidator(ApiServerConfigValidator{}).
+		WithValidator(ApiServerConfigValidator{Admission: a}).
 		Complete()
 }
 
 // ValidateCreate checks a new ApiServerConfig.
-func (ApiServerConfigValidator) ValidateCreate(_ context.Context, obj *v1alpha1.ApiServerConfig) (admission.Warnings, error) {
-	return validate(obj)
+func (v ApiServerConfigValidator) ValidateCreate(ctx context.Context, obj *v1alpha1.ApiServerConfig) (admission.Warnings, error) {
+	return v.validate(ctx, nil, obj)
 }
 
-// ValidateUpdate checks the new state of an ApiServerConfig. Transition
-// rules (no downgrade, immutable primary range) are the CRD's.
-func (ApiServerConfigValidator) ValidateUpdate(_ context.Context, _, newObj *v1alpha1.ApiServerConfig) (admission.Warnings, error) {
-	return validate(newObj)
+// ValidateUpdate checks the new state of an ApiServerConfig and the change
+// itself (the CRD has the rules CEL can express: no downgrade, immutable
+// primary range).
+func (v ApiServerConfigValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *v1alpha1.ApiServerConfig) (admission.Warnings, error) {
+	return v.validate(ctx, oldObj, newObj)
 }
 
 // ValidateDelete allows every deletion.
@@ -45,8 +55,10 @@ func (ApiServerConfigValidator) ValidateDelete(context.Context, *v1alpha1.ApiSer
 	return nil, nil
 }
 
-func validate(obj *v1alpha1.ApiServerConfig) (admission.Warnings, error) {
-	errs, warnings := apiserver.Validate(obj)
+func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alpha1.ApiServerConfig) (admission.Warnings, error) {
+	ctx, cancel := context.WithTimeout(ctx, webhookBudget)
+	defer cancel()
+	errs, warnings := v.Admission.Admit(ctx, old, obj)
 	if len(errs) > 0 {
 		return warnings, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("ApiServerConfig").GroupKind(), obj.Name, errs)
 	}

@@ -61,8 +61,10 @@ OPERATOR_SOURCES := $(shell find api apiserver controllers -name '*.go' -not -pa
 $(LOCALBIN)/manager-static: $(OPERATOR_SOURCES) | $(LOCALBIN)
 	$(BUNDLED_GOENV) go build -ldflags "-s -w" -o $@ .
 
-$(IMAGES_DIR)/operator.tar: $(LOCALBIN)/manager-static $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
-	$(LOCALCLUSTER) image --tag $(OPERATOR_IMAGE) --file $(LOCALBIN)/manager-static:/manager --entrypoint /manager --output $@
+# The validators sit beside /manager, where --validator-dir looks by default.
+$(IMAGES_DIR)/operator.tar: $(LOCALBIN)/manager-static $(KUBE_VALIDATOR) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag $(OPERATOR_IMAGE) --file $(LOCALBIN)/manager-static:/manager \
+		--file $(KUBE_VALIDATOR):/$(notdir $(KUBE_VALIDATOR)) --entrypoint /manager --output $@
 
 .PHONY: cluster-up
 cluster-up: localcluster-binaries ## Start the local one-node cluster (idempotent); prints its kubeconfig.

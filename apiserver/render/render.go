@@ -41,6 +41,9 @@ type Options struct {
 	Inputs apiserver.Inputs
 	// ImageRepository is the operator's --apiserver-image-repository.
 	ImageRepository string
+	// Admission is the operator's admission (its validators), so that
+	// rendering refuses exactly what admission refuses.
+	Admission apiserver.Admission
 }
 
 // redacted stands for secret material, which rendering never generates.
@@ -49,7 +52,7 @@ const redacted = "<generated in the cluster>"
 // Render writes what the operator would apply for manifest to w. An invalid
 // manifest gives an error with the messages admission would give.
 func Render(w io.Writer, manifest []byte, opts Options) error {
-	cfg, err := admit(manifest, opts.CRD)
+	cfg, err := admit(manifest, opts.CRD, opts.Admission)
 	if err != nil {
 		return err
 	}
@@ -138,7 +141,7 @@ func secretShapes(c *apiserver.Completed) []*corev1.Secret {
 
 // admit defaults and validates manifest as the API server and the webhook
 // would, and returns the typed object.
-func admit(manifest, crdYAML []byte) (*v1alpha1.ApiServerConfig, error) {
+func admit(manifest, crdYAML []byte, admission apiserver.Admission) (*v1alpha1.ApiServerConfig, error) {
 	u := &unstructured.Unstructured{}
 	if err := yaml.UnmarshalStrict(manifest, &u.Object); err != nil {
 		return nil, fmt.Errorf("reading the manifest: %w", err)
@@ -177,7 +180,7 @@ func admit(manifest, crdYAML []byte) (*v1alpha1.ApiServerConfig, error) {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cfg); err != nil {
 		return nil, fmt.Errorf("reading the manifest: %w", err)
 	}
-	if errs, warnings := apiserver.Validate(cfg); len(errs) > 0 {
+	if errs, warnings := admission.Admit(context.Background(), nil, cfg); len(errs) > 0 {
 		return nil, invalid(cfg.Name, errs)
 	} else if len(warnings) > 0 {
 		for _, w := range warnings {

@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/ with the current output")
@@ -22,16 +25,28 @@ func crd(t *testing.T) []byte {
 	return data
 }
 
+// options are what the CLI passes: the CRD and the admission of the
+// operator, with the validators built into bin/.
+func options(t *testing.T) Options {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "bin")
+	}
+	pool := upstream.NewPool(dir)
+	t.Cleanup(pool.Close)
+	return Options{CRD: crd(t), Admission: apiserver.Admission{Validator: pool}}
+}
+
 func TestRender_SampleGoldenAndStable(t *testing.T) {
 	manifest, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "controlplane_v1alpha1_apiserverconfig_ha.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var first, second bytes.Buffer
-	if err := Render(&first, manifest, Options{CRD: crd(t)}); err != nil {
+	if err := Render(&first, manifest, options(t)); err != nil {
 		t.Fatalf("rendering the HA sample: %v", err)
 	}
-	if err := Render(&second, manifest, Options{CRD: crd(t)}); err != nil {
+	if err := Render(&second, manifest, options(t)); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(first.Bytes(), second.Bytes()) {
@@ -78,13 +93,14 @@ func TestRender_RefusesWhatAdmissionRefuses(t *testing.T) {
 		"  serving:\n    tls:\n      minVersion: VersionTLS10\n":  `spec.serving.tls.minVersion: Unsupported value: "VersionTLS10"`,
 		"  etcd:\n    servers: [\"etcd-0:2379\"]\n":               "spec.etcd.servers[0]: Invalid value: \"etcd-0:2379\": must be an http:// or https:// URL",
 		"  featureGates:\n    MultiCIDRServiceAllocator: false\n": "MultiCIDRServiceAllocator is locked to true in kube-apiserver v1.37.1",
+		"  extraArgs:\n  - name: goaway-chance\n    value: \"0.5\"\n":  "spec.extraArgs[0].value: Invalid value: \"0.5\": kube-apiserver v1.37.1 would refuse to start: --goaway-chance can not be less than 0 or greater than 0.02",
 	}
 	for extra, want := range cases {
 		manifest := base + extra
 		if strings.HasPrefix(extra, "  etcd:") {
 			manifest = strings.Replace(base, "  etcd:\n    servers: [\"https://e:2379\"]\n", extra, 1)
 		}
-		err := Render(&bytes.Buffer{}, []byte(manifest), Options{CRD: crd(t)})
+		err := Render(&bytes.Buffer{}, []byte(manifest), options(t))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("rendering with\n%s\ngave %v\nwant an error saying %s", extra, err, want)
 		}

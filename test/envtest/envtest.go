@@ -39,8 +39,8 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// binDir is KUBEBUILDER_ASSETS, or bin/ at the root of the repository.
-func binDir() string {
+// BinDir is KUBEBUILDER_ASSETS, or bin/ at the root of the repository.
+func BinDir() string {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir
 	}
@@ -73,7 +73,7 @@ func WithAPIServerFlag(name, value string) Option {
 // Start starts kube-apiserver and etcd from bin/ and installs the CRDs of
 // config/crd/bases. The caller must Stop the returned environment.
 func Start(opts ...Option) (*Environment, error) {
-	dir := binDir()
+	dir := BinDir()
 	var missing []error
 	for _, name := range []string{"kube-apiserver", "etcd", "kubectl"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {

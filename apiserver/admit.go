@@ -1,0 +1,147 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+)
+
+// Admission decides what an ApiServerConfig may become, beyond the CRD's
+// own rules. The webhook and `render` use the same one, so that they refuse
+// exactly the same specs.
+type Admission struct {
+	// Validator runs the bundled kube-apiserver's own code. Nil admits
+	// nothing that would need it (fail closed).
+	Validator upstream.Validator
+	// PodIP is an address of the pod network the tenants' pods run on
+	// (the operator's own pod IP): its family is the one their
+	// --advertise-address has. Empty means DefaultPodIP.
+	PodIP string
+}
+
+// Admit judges cfg, an update of old (nil for a create): the checks
+// against the version's catalogs (with suggestions for misspellings), the
+// operator's policy, and then kube-apiserver's own verdict on the rendered
+// command line and files. Every error names the spec field it comes from.
+func (a Admission) Admit(ctx context.Context, old, cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
+	errs, warnings := Validate(cfg)
+	if old != nil {
+		errs = append(errs, ValidateUpdate(old, cfg)...)
+	}
+	if len(errs) > 0 {
+		return errs, warnings
+	}
+	upstreamErrs, upstreamWarnings := a.judge(ctx, cfg)
+	return upstreamErrs, append(warnings, upstreamWarnings...)
+}
+
+// judge asks the validator of cfg's version.
+func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
+	specPath := field.NewPath("spec")
+	c, err := Complete(cfg, Inputs{})
+	if err != nil {
+		return field.ErrorList{field.Invalid(specPath, "", err.Error())}, nil
+	}
+	version := c.Spec.Version
+	if a.Validator == nil || !a.Validator.Has(version) {
+		if c.Catalog == nil {
+			// Not a bundled version: there is no code of it to run. The
+			// catalog warning of Validate already says so.
+			return nil, nil
+		}
+		return field.ErrorList{field.InternalError(specPath.Child("version"), fmt.Errorf(
+			"the operator has no validator for kube-apiserver %s, so it cannot check this spec and admits nothing unchecked: the manager's --validator-dir must hold %s%s",
+			version, upstream.BinaryPrefix, version))}, nil
+	}
+	req, err := ValidationRequest(c, a.PodIP)
+	if err != nil {
+		return field.ErrorList{field.Invalid(specPath, "", fmt.Sprintf("rendering the kube-apiserver command line: %v", err))}, nil
+	}
+	res, err := a.Validator.Validate(ctx, version, req)
+	if err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("it did not answer in time: %w", err)
+		}
+		return field.ErrorList{field.InternalError(specPath, fmt.Errorf(
+			"checking the spec with kube-apiserver %s's own code failed, so nothing is admitted unchecked; retry, and if it persists look at the operator's logs: %w", version, err))}, nil
+	}
+	var errs field.ErrorList
+	for _, p := range res.Problems {
+		errs = append(errs, problemError(c, p))
+	}
+	return errs, res.Warnings
+}
+
+// flagOrigin is where a rendered flag comes from, ranked: the user's
+// extraArgs first (written verbatim), then the field the operator renders
+// it from, then the pod IP, then the operator's defaults.
+type flagOrigin struct {
+	path  *field.Path
+	value any
+	rank  int
+}
+
+// flagOrigins maps each flag of c's command line to the spec field that
+// produced it.
+func flagOrigins(c *Completed) map[string]flagOrigin {
+	out := map[string]flagOrigin{}
+	for _, f := range defaultFlags(c) {
+		out[f.name] = flagOrigin{path: field.NewPath("spec", "extraArgs"), value: "--" + f.name + "=" + strings.Join(f.values, ","), rank: 3}
+	}
+	for i := len(c.Spec.ExtraArgs) - 1; i >= 0; i-- {
+		a := c.Spec.ExtraArgs[i]
+		out[a.Name] = flagOrigin{path: field.NewPath("spec", "extraArgs").Index(i).Child("value"), value: a.Value, rank: 0}
+	}
+	for _, f := range managedFlags(c) {
+		o := flagOrigin{path: specFieldPath(f.field), value: strings.Join(f.values, ","), rank: 1}
+		if !strings.HasPrefix(f.field, "spec.") {
+			// The pod IP is no field: its family clashes with the first
+			// service range, which is.
+			o = flagOrigin{path: field.NewPath("spec", "serviceClusterIPRange").Index(0), value: strings.Join(c.Spec.ServiceClusterIPRange, ","), rank: 2}
+		}
+		out[f.name] = o
+	}
+	return out
+}
+
+// specFieldPath turns a field name ("spec.serving.securePort") into a
+// path.
+func specFieldPath(f string) *field.Path {
+	parts := strings.Split(f, ".")
+	p := field.NewPath(parts[0])
+	for _, part := range parts[1:] {
+		p = p.Child(part)
+	}
+	return p
+}
+
+// problemError reports a problem at the field of the flag it concerns
+// (the best ranked, when it concerns several).
+func problemError(c *Completed, p upstream.Problem) *field.Error {
+	origins := flagOrigins(c)
+	var best *flagOrigin
+	for _, name := range p.Flags {
+		if o, ok := origins[name]; ok && (best == nil || o.rank < best.rank) {
+			best = &o
+		}
+	}
+	msg := fmt.Sprintf("kube-apiserver %s would refuse to start: %s", c.Spec.Version, p.Message)
+	if len(p.Flags) > 0 {
+		flags := slices.Clone(p.Flags)
+		for i, f := range flags {
+			flags[i] = "--" + f
+		}
+		msg += fmt.Sprintf(" (%s)", strings.Join(flags, ", "))
+	}
+	if best == nil {
+		return field.Invalid(field.NewPath("spec"), "", msg)
+	}
+	return field.Invalid(best.path, best.value, msg)
+}

@@ -1,0 +1,195 @@
+package apiserver_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+)
+
+// validators are the validators `make bundled` builds into bin/.
+func validators(t testing.TB) *upstream.Pool {
+	t.Helper()
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join("..", "bin")
+	}
+	pool := upstream.NewPool(dir)
+	if !pool.Has(v1alpha1.BundledVersion) {
+		t.Fatalf("no validator for %s in %s: run make bundled", v1alpha1.BundledVersion, dir)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func tenant(mutate func(*v1alpha1.ApiServerConfig)) *v1alpha1.ApiServerConfig {
+	cfg := &v1alpha1.ApiServerConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: "tenants"},
+		Spec: v1alpha1.ApiServerConfigSpec{
+			Etcd: v1alpha1.EtcdSpec{Servers: []string{"https://etcd:2379"}, TLS: &v1alpha1.EtcdTLS{SecretName: "etcd-client"}},
+		},
+	}
+	if mutate != nil {
+		mutate(cfg)
+	}
+	return cfg
+}
+
+func extraArgs(args ...string) func(*v1alpha1.ApiServerConfig) {
+	return func(cfg *v1alpha1.ApiServerConfig) {
+		for _, a := range args {
+			name, value, _ := strings.Cut(a, "=")
+			cfg.Spec.ExtraArgs = append(cfg.Spec.ExtraArgs, v1alpha1.ExtraArg{Name: name, Value: value})
+		}
+	}
+}
+
+// TestAdmission_KubeAPIServerJudges: specs the catalogs let through but
+// kube-apiserver v1.37.1 would refuse at start are refused at admission,
+// by its own code, at the field that produced the offending flag; valid
+// specs are admitted.
+func TestAdmission_KubeAPIServerJudges(t *testing.T) {
+	a := apiserver.Admission{Validator: validators(t)}
+	cases := []struct {
+		name   string
+		mutate func(*v1alpha1.ApiServerConfig)
+		// field is where the error must be; empty: admitted.
+		field, message string
+	}{
+		{name: "the minimal spec", mutate: nil},
+		{name: "valid extra arguments", mutate: extraArgs("goaway-chance=0.01", "livez-grace-period=10s", "cors-allowed-origins=^https://example\\.com$")},
+		{name: "every optional feature", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.ServiceClusterIPRange = []string{"10.112.0.0/16", "fd00:10:112::/108"}
+			c.Spec.Etcd.Overrides = []v1alpha1.EtcdOverride{{Resource: "events", Servers: []string{"https://e:2379"}}}
+			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://issuer.example.com", ClientID: "k", CAConfigMapName: "ca"}
+			c.Spec.Authorization.Modes = []v1alpha1.AuthorizationMode{"Node", "RBAC", "Webhook"}
+			c.Spec.Authorization.Webhook = &v1alpha1.AuthorizationWebhookSpec{KubeconfigSecretName: "authz"}
+			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "aescbc", Resources: []string{"secrets", "configmaps"}}
+			c.Spec.RuntimeConfig = map[string]string{"api/beta": "true"}
+			c.Spec.Admission.EnablePlugins = []string{"PodNodeSelector"}
+		}},
+
+		// Values out of upstream's ranges and formats.
+		{name: "goaway chance above 0.02", mutate: extraArgs("goaway-chance=0.5"), field: "spec.extraArgs[0].value", message: "--goaway-chance can not be less than 0 or greater than 0.02"},
+		{name: "a negative duration", mutate: extraArgs("livez-grace-period=-1s"), field: "spec.extraArgs[0].value", message: "--livez-grace-period can not be a negative value"},
+		{name: "an invalid regexp", mutate: extraArgs("cors-allowed-origins=(["), field: "spec.extraArgs[0].value", message: "invalid regular expression"},
+		{name: "a storage backend upstream refuses", mutate: extraArgs("storage-backend=etcd2"), field: "spec.extraArgs[0].value", message: "allowed values: etcd3"},
+		{name: "a storage media type upstream refuses", mutate: extraArgs("storage-media-type=application/xml"), field: "spec.extraArgs[0].value", message: "--storage-media-type"},
+		{name: "an audit log format upstream refuses", mutate: extraArgs("audit-log-format=xml"), field: "spec.extraArgs[0].value", message: "invalid audit log format xml"},
+		{name: "an emulated version outside its window", mutate: extraArgs("emulated-version=1.20"), field: "spec.extraArgs[0].value", message: "emulation version 1.20 is not between"},
+
+		// Flags that clash with what the operator renders, or each other.
+		{name: "admission-control beside enable-admission-plugins", mutate: extraArgs("admission-control=NamespaceLifecycle"), field: "spec.extraArgs[0].value", message: "mutually exclusive"},
+		{name: "a signing endpoint beside the signing key", mutate: extraArgs("service-account-signing-endpoint=/run/signer.sock"), field: "spec.extraArgs[0].value", message: "mutually exclusive"},
+		{name: "automatic reload without encryption", mutate: extraArgs("encryption-provider-config-automatic-reload=true"), field: "spec.extraArgs[0].value", message: "must be set with --encryption-provider-config"},
+		{name: "a leadership lease not above the renew deadline", mutate: extraArgs("coordinated-leadership-lease-duration=5s"), field: "spec.extraArgs[0].value", message: "must be greater than --coordinated-leadership-renew-deadline"},
+		{name: "a file the pod does not have", mutate: extraArgs("audit-webhook-config-file=/etc/hosts"), field: "spec.extraArgs[0].value", message: "/etc/hosts: no such file or directory"},
+		{name: "--version", mutate: extraArgs("version=true"), field: "spec.extraArgs[0].value", message: "print its version and exit"},
+
+		// Admission plugins that need a configuration.
+		{name: "ImagePolicyWebhook without its configuration", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EnablePlugins = []string{"ImagePolicyWebhook"}
+		}, field: "spec.admission.enablePlugins", message: `couldn't init admission plugin "ImagePolicyWebhook"`},
+
+		// OIDC issuers upstream refuses.
+		{name: "an issuer URL with a query", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://issuer.example.com?x=1", ClientID: "k"}
+		}, field: "spec.authentication", message: "URL must not contain a query"},
+		{name: "an issuer URL with user info", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://user:pw@issuer.example.com", ClientID: "k"}
+		}, field: "spec.authentication", message: "URL must not contain"},
+		{name: "an issuer URL equal to the service-account issuer", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://kubernetes.default.svc.cluster.local", ClientID: "k"}
+		}, field: "spec.authentication.serviceAccount.issuers", message: "must not overlap with disallowed issuers"},
+
+		// Encryption resources upstream refuses.
+		{name: "encryption of *", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox", Resources: []string{"*"}}
+		}, field: "spec.encryption", message: "use '*.' to encrypt all the resources from core API group"},
+		{name: "a wildcard beside a resource of its group", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox", Resources: []string{"*.apps", "deployments.apps"}}
+		}, field: "spec.encryption", message: "overlapping resources"},
+		{name: "a removed group spelling", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox", Resources: []string{"deployments.extensions"}}
+		}, field: "spec.encryption", message: "'extensions' group has been removed"},
+
+		// runtimeConfig keys.
+		{name: "a version that is not registered", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.RuntimeConfig = map[string]string{"batch/v2alpha1": "true"}
+		}, field: "spec.runtimeConfig", message: "batch/v2alpha1 that has not been registered"},
+		{name: "an unknown group", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.RuntimeConfig = map[string]string{"foo.example.com/v1": "true"}
+		}, field: "spec.runtimeConfig", message: "unknown api groups foo.example.com/v1"},
+		{name: "api/all=false alone", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.RuntimeConfig = map[string]string{"api/all": "false"}
+		}, field: "spec.runtimeConfig", message: "api/all=false"},
+		{name: "flowcontrol off with priority and fairness on", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.RuntimeConfig = map[string]string{"flowcontrol.apiserver.k8s.io/v1": "false"}
+		}, field: "spec.runtimeConfig", message: "conflicts with --enable-priority-and-fairness=true"},
+
+		// Families.
+		{name: "an IPv6 first range with an IPv4 pod network and the lease reconciler", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.ServiceClusterIPRange = []string{"fd00:10:96::/108", "10.96.0.0/16"}
+		}, field: "spec.serviceClusterIPRange", message: `service IP family "fd00:10:96::/108" must match public address family`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs, _ := a.Admit(context.Background(), nil, tenant(tc.mutate))
+			if tc.field == "" {
+				if len(errs) > 0 {
+					t.Fatalf("a valid spec was refused: %v", errs.ToAggregate())
+				}
+				return
+			}
+			if len(errs) == 0 {
+				t.Fatalf("admitted; want %s refused with %q", tc.field, tc.message)
+			}
+			for _, e := range errs {
+				if e.Field == tc.field && strings.Contains(e.Error(), tc.message) {
+					t.Logf("Refused: %v", e)
+					return
+				}
+			}
+			t.Fatalf("want %s refused with %q, got %v", tc.field, tc.message, errs.ToAggregate())
+		})
+	}
+}
+
+// TestAdmission_FailsClosed: without an answer from kube-apiserver's code,
+// nothing is admitted, and the refusal says why.
+func TestAdmission_FailsClosed(t *testing.T) {
+	for name, v := range map[string]upstream.Validator{
+		"no validator binary":     upstream.NewPool(t.TempDir()),
+		"a validator that dies":   brokenPool(t),
+		"no validator configured": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			errs, _ := apiserver.Admission{Validator: v}.Admit(context.Background(), nil, tenant(nil))
+			if len(errs) == 0 {
+				t.Fatal("admitted a spec that no validator checked")
+			}
+			if msg := errs.ToAggregate().Error(); !strings.Contains(msg, "nothing") || !strings.Contains(msg, "unchecked") {
+				t.Fatalf("the refusal does not say that nothing is admitted unchecked: %s", msg)
+			}
+		})
+	}
+}
+
+// brokenPool has a "validator" that exits without answering.
+func brokenPool(t *testing.T) *upstream.Pool {
+	dir := t.TempDir()
+	script := "#!/bin/sh\necho ready\nexit 3\n"
+	if err := os.WriteFile(filepath.Join(dir, upstream.BinaryPrefix+v1alpha1.BundledVersion), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pool := upstream.NewPool(dir)
+	t.Cleanup(pool.Close)
+	return pool
+}

@@ -1,0 +1,269 @@
+package render
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"sigs.k8s.io/yaml"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// TestAdmission_AgreesWithKubeAPIServer is the differential test of
+// admission: random specs, most of them wrong in some way (extra arguments
+// drawn from the flag catalog with random values of each flag's type,
+// random feature gates, admission plugins, runtime-config keys, encryption
+// resources, service ranges), go through admission as a user's apply does
+// (the CRD's schema and CEL rules, then the webhook's Admit). Every spec
+// admitted is then rendered as the controller renders it (with the
+// Service's ClusterIP known) and judged again by the bundled kube-apiserver's
+// own code: a spec admitted that kube-apiserver would refuse fails the test,
+// with the spec printed. ADMISSION_FUZZ_SPECS sets how many specs (make
+// test runs a few hundred; make fuzz-admission 10 000).
+func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
+	n := 200
+	if v := os.Getenv("ADMISSION_FUZZ_SPECS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("ADMISSION_FUZZ_SPECS=%q: %v", v, err)
+		}
+	}
+	opts := options(t)
+	catalog, err := apiserver.CatalogFor(utilversion.MustParseSemantic(v1alpha1.BundledVersion))
+	if err != nil || catalog == nil {
+		t.Fatalf("no catalog of the bundled version: %v", err)
+	}
+	gen := newGenerator(catalog)
+	seed := uint64(1)
+	if v := os.Getenv("ADMISSION_FUZZ_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+
+	var admitted, refused atomic.Int64
+	var mu sync.Mutex
+	var failures []string
+	work := make(chan uint64)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				if msg := checkOne(opts, gen, s, &admitted, &refused); msg != "" {
+					mu.Lock()
+					failures = append(failures, msg)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range uint64(n) {
+		work <- seed*1_000_003 + i
+	}
+	close(work)
+	wg.Wait()
+	t.Logf("%d specs: %d admitted, %d refused", n, admitted.Load(), refused.Load())
+	if admitted.Load() == 0 || refused.Load() == 0 {
+		t.Errorf("the generator is off: %d admitted, %d refused", admitted.Load(), refused.Load())
+	}
+	for _, f := range failures {
+		t.Error(f)
+	}
+}
+
+// checkOne admits one random spec and, if admitted, judges the
+// controller's rendering of it; it returns a failure, or "".
+func checkOne(opts Options, gen *generator, seed uint64, admitted, refused *atomic.Int64) string {
+	cfg := gen.spec(seed)
+	manifest, err := yaml.Marshal(cfg)
+	if err != nil {
+		return fmt.Sprintf("seed %d: %v", seed, err)
+	}
+	got, err := admit(manifest, opts.CRD, opts.Admission)
+	if err != nil {
+		if strings.Contains(err.Error(), "Internal error") {
+			return fmt.Sprintf("seed %d: admission could not judge:\n%s\n%v", seed, manifest, err)
+		}
+		refused.Add(1)
+		return ""
+	}
+	admitted.Add(1)
+	c, err := apiserver.Complete(got, apiserver.Inputs{ServiceClusterIP: serviceClusterIP(got)})
+	if err != nil {
+		return fmt.Sprintf("seed %d: admitted, then the controller could not complete it: %v\n%s", seed, err, manifest)
+	}
+	req, err := apiserver.ValidationRequest(c, opts.Admission.PodIP)
+	if err != nil {
+		return fmt.Sprintf("seed %d: admitted, then the controller could not render it: %v\n%s", seed, err, manifest)
+	}
+	res, err := opts.Admission.Validator.Validate(context.Background(), c.Spec.Version, req)
+	if err != nil {
+		return fmt.Sprintf("seed %d: the validator did not answer: %v", seed, err)
+	}
+	if len(res.Problems) > 0 {
+		return fmt.Sprintf("seed %d: admitted, but kube-apiserver %s refuses its rendering: %v\n%s", seed, res.Version, res.Problems, manifest)
+	}
+	return ""
+}
+
+// serviceClusterIP is an address of the first range that is not its first
+// one, as a Service would get.
+func serviceClusterIP(cfg *v1alpha1.ApiServerConfig) string {
+	ranges := cfg.Spec.ServiceClusterIPRange
+	if len(ranges) == 0 {
+		return ""
+	}
+	p, err := netip.ParsePrefix(ranges[0])
+	if err != nil {
+		return ""
+	}
+	a := p.Addr()
+	for range 5 {
+		a = a.Next()
+	}
+	return a.String()
+}
+
+// generator draws specs from what the bundled kube-apiserver knows, and
+// from what it does not.
+type generator struct {
+	catalog   *apiserver.Catalog
+	flags     []string // not managed by the operator
+	gates     []string
+	plugins   []string
+	resources []string // resource.group, as encryption names them
+}
+
+func newGenerator(c *apiserver.Catalog) *generator {
+	g := &generator{catalog: c}
+	managed := apiserver.ManagedFlagFields()
+	for _, name := range c.FlagNames() {
+		if _, ok := managed[name]; !ok {
+			g.flags = append(g.flags, name)
+		}
+	}
+	for name := range c.FeatureGates {
+		g.gates = append(g.gates, name)
+	}
+	for name := range c.AdmissionPlugins {
+		g.plugins = append(g.plugins, name)
+	}
+	for gr := range c.Resources {
+		if gr.Group == "" {
+			g.resources = append(g.resources, gr.Resource)
+		} else {
+			g.resources = append(g.resources, gr.Resource+"."+gr.Group)
+		}
+	}
+	sort.Strings(g.gates)
+	sort.Strings(g.plugins)
+	sort.Strings(g.resources)
+	return g
+}
+
+// value is a value for a flag of typ: usually well formed, sometimes out of
+// range or malformed.
+func (g *generator) value(r *rand.Rand, typ string) string {
+	pick := func(vs ...string) string { return vs[r.IntN(len(vs))] }
+	switch typ {
+	case "bool":
+		return pick("true", "false", "true", "false", "maybe")
+	case "int", "int32", "int64", "uint", "uint32":
+		return pick(fmt.Sprint(r.IntN(100)), fmt.Sprint(r.IntN(100000)), "0", "-1", "1", "x")
+	case "float32", "float64":
+		return pick("0", "0.01", "0.02", "0.5", "-0.1", "1e3")
+	case "duration":
+		return pick(fmt.Sprintf("%ds", r.IntN(600)), "0s", "-1s", "1h", "10ms", "5")
+	case "ip":
+		return pick("10.0.0.1", "fd00::1", "0.0.0.0", "not-an-ip")
+	case "stringSlice", "stringArray":
+		return pick("a,b", "", "https://example.com", "*", "^x$,(y")
+	case "mapStringString", "mapStringBool", "stringToString":
+		return pick("a=b", "a=true", "x", "a=b,c=d")
+	default:
+		return pick("", "x", "/etc/kubernetes/nothing", "json", "legacy", "application/json", "etcd3", "1.36", "1.37", "v1", "none")
+	}
+}
+
+func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	coin := func(p int) bool { return r.IntN(100) < p }
+	pick := func(vs []string) string { return vs[r.IntN(len(vs))] }
+	s := v1alpha1.ApiServerConfigSpec{
+		Etcd: v1alpha1.EtcdSpec{Servers: []string{"https://etcd-0:2379"}, Prefix: fmt.Sprintf("/tenants/t%d", r.IntN(100))},
+		ServiceClusterIPRange: [][]string{
+			{"10.96.0.0/12"}, {"10.96.0.0/12"}, {"172.20.0.0/16", "fd00:20::/108"},
+			{"fd00:30::/112"}, {"fd00:30::/112", "10.30.0.0/16"}, {"10.40.0.0/16", "fd00:40::/48"},
+		}[r.IntN(6)],
+		EndpointReconcilerType: v1alpha1.EndpointReconcilerType(pick([]string{"lease", "lease", "none", "master-count"})),
+	}
+	if coin(50) {
+		s.Etcd.TLS = &v1alpha1.EtcdTLS{SecretName: "etcd-client"}
+	}
+	for range r.IntN(3) {
+		name := pick(g.flags)
+		if slices.ContainsFunc(s.ExtraArgs, func(a v1alpha1.ExtraArg) bool { return a.Name == name }) {
+			continue
+		}
+		s.ExtraArgs = append(s.ExtraArgs, v1alpha1.ExtraArg{Name: name, Value: g.value(r, g.catalog.Flags[name].Type)})
+	}
+	if coin(30) {
+		s.FeatureGates = map[string]bool{}
+		for range 1 + r.IntN(2) {
+			s.FeatureGates[pick(g.gates)] = coin(50)
+		}
+	}
+	if coin(30) {
+		p := pick(g.plugins)
+		if coin(70) {
+			s.Admission.EnablePlugins = []string{p}
+		} else if !slices.Contains([]string{"ServiceAccount", "NamespaceLifecycle", "NodeRestriction"}, p) {
+			s.Admission.DisablePlugins = []string{p}
+		}
+	}
+	if coin(25) {
+		s.RuntimeConfig = map[string]string{pick([]string{
+			"api/all", "api/beta", "api/alpha", "api/ga", "batch/v1", "batch/v2alpha1", "flowcontrol.apiserver.k8s.io/v1",
+			"resource.k8s.io/v1beta1", "resource.k8s.io/v1alpha3", "storage.k8s.io/v1alpha1", "foo.example.com/v1",
+			"apps/v1/deployments", "admissionregistration.k8s.io/v1beta1",
+		}): pick([]string{"true", "false"})}
+	}
+	if coin(25) {
+		s.Encryption = &v1alpha1.EncryptionSpec{Provider: v1alpha1.EncryptionProvider(pick([]string{"secretbox", "aescbc", "aesgcm"}))}
+		for range 1 + r.IntN(2) {
+			res := pick(append([]string{"*.", "*.*", "*", "*.apps", "secret", "widgets.example.com", "deployments.extensions"}, g.resources...))
+			if !slices.Contains(s.Encryption.Resources, res) {
+				s.Encryption.Resources = append(s.Encryption.Resources, res)
+			}
+		}
+	}
+	if coin(20) {
+		s.Authentication.OIDC = &v1alpha1.OIDCSpec{ClientID: "kube", IssuerURL: pick([]string{
+			"https://login.example.com", "https://login.example.com/path", "https://login.example.com?q=1",
+			"https://u:p@login.example.com", "https://kubernetes.default.svc.cluster.local",
+		})}
+	}
+	if coin(15) {
+		modes := [][]v1alpha1.AuthorizationMode{{"Node", "RBAC"}, {"RBAC"}, {"Node"}, {"AlwaysDeny", "RBAC"}, {"RBAC", "AlwaysAllow"}}
+		s.Authorization.Modes = modes[r.IntN(len(modes))]
+	}
+	return &v1alpha1.ApiServerConfig{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ApiServerConfig"},
+		ObjectMeta: metav1.ObjectMeta{Name: "fuzz", Namespace: "fuzz"},
+		Spec:       s,
+	}
+}
+
