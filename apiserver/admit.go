@@ -73,10 +73,61 @@ func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (fi
 			"checking the spec with kube-apiserver %s's own code failed, so nothing is admitted unchecked; retry, and if it persists look at the operator's logs: %w", version, err))}, nil
 	}
 	var errs field.ErrorList
+	var unplaced []upstream.Problem
 	for _, p := range res.Problems {
-		errs = append(errs, problemError(c, p))
+		if e := problemError(c, p); e != nil {
+			errs = append(errs, e)
+		} else {
+			unplaced = append(unplaced, p)
+		}
+	}
+	for _, e := range a.placeByElimination(ctx, cfg, c, unplaced) {
+		errs = append(errs, e)
 	}
 	return errs, res.Warnings
+}
+
+// maxEliminations bounds the extra judgements spent on placing a problem
+// whose message names no flag.
+const maxEliminations = 6
+
+// placeByElimination finds, for problems whose message names no flag, the
+// extraArg without which kube-apiserver no longer reports them: it judges
+// the spec again without each extraArg in turn. What it cannot place is
+// reported on spec.
+func (a Admission) placeByElimination(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *Completed, problems []upstream.Problem) field.ErrorList {
+	placed := map[string]int{} // problem message -> index of the extraArg
+	for i := 0; i < len(cfg.Spec.ExtraArgs) && i < maxEliminations && len(placed) < len(problems); i++ {
+		without := cfg.DeepCopy()
+		without.Spec.ExtraArgs = slices.Delete(without.Spec.ExtraArgs, i, i+1)
+		wc, err := Complete(without, Inputs{})
+		if err != nil {
+			continue
+		}
+		req, err := ValidationRequest(wc, a.PodIP)
+		if err != nil {
+			continue
+		}
+		res, err := a.Validator.Validate(ctx, wc.Spec.Version, req)
+		if err != nil {
+			break
+		}
+		for _, p := range problems {
+			if _, done := placed[p.Message]; !done && !slices.ContainsFunc(res.Problems, func(q upstream.Problem) bool { return q.Message == p.Message }) {
+				placed[p.Message] = i
+			}
+		}
+	}
+	var errs field.ErrorList
+	for _, p := range problems {
+		msg := fmt.Sprintf("kube-apiserver %s would refuse to start: %s", c.Spec.Version, p.Message)
+		if i, ok := placed[p.Message]; ok {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "extraArgs").Index(i).Child("value"), cfg.Spec.ExtraArgs[i].Value, msg))
+			continue
+		}
+		errs = append(errs, field.Invalid(field.NewPath("spec"), "", msg))
+	}
+	return errs
 }
 
 // flagOrigin is where a rendered flag comes from, ranked: the user's
@@ -123,7 +174,8 @@ func specFieldPath(f string) *field.Path {
 }
 
 // problemError reports a problem at the field of the flag it concerns
-// (the best ranked, when it concerns several).
+// (the best ranked, when it concerns several); nil when it names no flag
+// of the command line.
 func problemError(c *Completed, p upstream.Problem) *field.Error {
 	origins := flagOrigins(c)
 	var best *flagOrigin
@@ -141,7 +193,7 @@ func problemError(c *Completed, p upstream.Problem) *field.Error {
 		msg += fmt.Sprintf(" (%s)", strings.Join(flags, ", "))
 	}
 	if best == nil {
-		return field.Invalid(field.NewPath("spec"), "", msg)
+		return nil
 	}
 	return field.Invalid(best.path, best.value, msg)
 }

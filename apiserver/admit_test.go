@@ -91,6 +91,7 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		{name: "automatic reload without encryption", mutate: extraArgs("encryption-provider-config-automatic-reload=true"), field: "spec.extraArgs[0].value", message: "must be set with --encryption-provider-config"},
 		{name: "a leadership lease not above the renew deadline", mutate: extraArgs("coordinated-leadership-lease-duration=5s"), field: "spec.extraArgs[0].value", message: "must be greater than --coordinated-leadership-renew-deadline"},
 		{name: "a file the pod does not have", mutate: extraArgs("audit-webhook-config-file=/etc/hosts"), field: "spec.extraArgs[0].value", message: "/etc/hosts: no such file or directory"},
+		{name: "an error that names no flag is placed by elimination", mutate: extraArgs("goaway-chance=0.01", "log-text-split-stream=true"), field: "spec.extraArgs[1].value", message: "Feature LoggingAlphaOptions is disabled"},
 		{name: "--version", mutate: extraArgs("version=true"), field: "spec.extraArgs[0].value", message: "print its version and exit"},
 
 		// Admission plugins that need a configuration.

@@ -85,7 +85,7 @@ func randomSpec(seed uint64, catalog *Catalog) *v1alpha1.ApiServerConfig {
 	}
 	sort.Strings(plugins)
 	for range pick(3) {
-		if p := plugins[pick(len(plugins))]; p != "AlwaysAdmit" && !slices.Contains(s.Admission.EnablePlugins, p) {
+		if p := plugins[pick(len(plugins))]; p != "AlwaysAdmit" && p != "AlwaysDeny" && !slices.Contains(s.Admission.EnablePlugins, p) {
 			s.Admission.EnablePlugins = append(s.Admission.EnablePlugins, p)
 		}
 	}
