@@ -68,6 +68,8 @@ type options struct {
 	leaderElectionID     string
 	watchNamespaceFilter string
 	validatorDir         string
+	webhookHost          string
+	webhookPort          int
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -106,6 +108,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Service, in the manager's namespace, through which kube-apiserver calls the webhook.")
 	fs.StringVar(&o.webhookConfiguration, "webhook-configuration", "apiserver-operator-validating-webhook-configuration",
 		"ValidatingWebhookConfiguration whose caBundle the manager keeps with self-managed certificates.")
+	fs.StringVar(&o.webhookHost, "webhook-bind-host", "", "Address the webhook server binds to; all addresses when empty.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+upstream.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
 	o.zap.BindFlags(fs)
@@ -164,7 +168,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
-		WebhookServer:           webhook.NewServer(webhook.Options{CertDir: o.webhookCertDir, TLSOpts: tlsOpts}),
+		WebhookServer:           webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir, TLSOpts: tlsOpts}),
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect,

@@ -17,6 +17,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,13 +86,25 @@ type Pool struct {
 	// waiting holds one started process per version, ready for a request.
 	waiting map[string]*process
 	closed  bool
+
+	// answers remembers recent judgements: the same request (the same
+	// spec, applied again by a GitOps tool's sync or dry run) is answered
+	// without a process.
+	answers *answerCache
+
+	// busy bounds the processes judging at once: each takes about 100 MiB
+	// and a core while it judges; more requests wait their turn.
+	busy chan struct{}
 }
+
+// MaxConcurrent is how many validator processes judge at once.
+const MaxConcurrent = 2
 
 // NewPool serves the validators found in dir (files named
 // kube-apiserver-validator-<version>). Nothing is started until Warm or the
 // first request.
 func NewPool(dir string) *Pool {
-	return &Pool{dir: dir, waiting: map[string]*process{}}
+	return &Pool{dir: dir, waiting: map[string]*process{}, busy: make(chan struct{}, MaxConcurrent), answers: newAnswerCache(256)}
 }
 
 // Versions are the versions that have a validator in the pool's directory.
@@ -156,6 +170,19 @@ func (p *Pool) Validate(ctx context.Context, version string, req Request) (*Resu
 		ctx, cancel = context.WithTimeout(ctx, Timeout)
 		defer cancel()
 	}
+	key, err := cacheKey(version, req)
+	if err != nil {
+		return nil, err
+	}
+	if res, ok := p.answers.get(key); ok {
+		return res, nil
+	}
+	select {
+	case p.busy <- struct{}{}:
+		defer func() { <-p.busy }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a free validator (%d judge at once): %w", MaxConcurrent, ctx.Err())
+	}
 	p.mu.Lock()
 	proc := p.waiting[version]
 	delete(p.waiting, version)
@@ -168,6 +195,9 @@ func (p *Pool) Validate(ctx context.Context, version string, req Request) (*Resu
 		}
 	}
 	res, err := proc.judge(ctx, req)
+	if err == nil {
+		p.answers.put(key, res)
+	}
 	// The next process starts once this one is done, so that its start-up
 	// does not compete with the judging for CPU.
 	if !closed {
@@ -317,4 +347,50 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "..." + s[len(s)-n:]
+}
+
+// cacheKey identifies a request: the version and every byte of it.
+func cacheKey(version string, req Request) (string, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return "", fmt.Errorf("encoding the validation request: %w", err)
+	}
+	h := sha256.New()
+	h.Write([]byte(version))
+	h.Write([]byte{0})
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// answerCache keeps the last judgements, the oldest dropped first.
+type answerCache struct {
+	mu    sync.Mutex
+	max   int
+	order []string
+	m     map[string]*Result
+}
+
+func newAnswerCache(max int) *answerCache {
+	return &answerCache{max: max, m: map[string]*Result{}}
+}
+
+func (c *answerCache) get(key string) (*Result, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[key]
+	return r, ok
+}
+
+func (c *answerCache) put(key string, r *Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[key]; ok {
+		return
+	}
+	if len(c.order) >= c.max {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.order = append(c.order, key)
+	c.m[key] = r
 }

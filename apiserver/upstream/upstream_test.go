@@ -62,6 +62,19 @@ func TestPool_OneProcessPerRequestAndOneWaiting(t *testing.T) {
 	}
 	// After each request the next process is started, and only one waits.
 	waitFor(t, func() bool { return len(started(t, dir)) == 3 })
+
+	// The same request again is answered from memory, by no process.
+	again, err := p.Validate(context.Background(), "v1.37.1", Request{Args: []string{"--x=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Version != first.Version {
+		t.Fatalf("a repeated request was judged again, by process %s", again.Version)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := len(started(t, dir)); n != 3 {
+		t.Fatalf("a repeated request started a process (%d started)", n)
+	}
 	p.mu.Lock()
 	waiting := len(p.waiting)
 	p.mu.Unlock()

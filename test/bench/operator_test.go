@@ -86,10 +86,10 @@ func freePort(b testing.TB) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// startOperator starts the manager against env, without webhooks or leader
-// election, and waits until its controller runs workers. It is stopped
+// startOperator starts the manager against env, without webhooks (unless
+// extraArgs turn them on) or leader election, and waits until its controller runs workers. It is stopped
 // when the benchmark ends.
-func startOperator(b testing.TB, env *envtest.Environment) *operator {
+func startOperator(b testing.TB, env *envtest.Environment, extraArgs ...string) *operator {
 	b.Helper()
 	metricsAddr, pprofAddr := "127.0.0.1:"+freePort(b), "127.0.0.1:"+freePort(b)
 	o := &operator{
@@ -102,9 +102,10 @@ func startOperator(b testing.TB, env *envtest.Environment) *operator {
 	if err != nil {
 		b.Fatal(err)
 	}
-	o.cmd = exec.Command(managerBinary(b), "--kubeconfig", env.KubeconfigPath, "--webhooks=false", "--leader-elect=false",
-		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", "127.0.0.1:"+freePort(b),
-		"--pprof-bind-address", pprofAddr)
+	args := []string{"--kubeconfig", env.KubeconfigPath, "--webhooks=false", "--leader-elect=false",
+		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", "127.0.0.1:" + freePort(b),
+		"--pprof-bind-address", pprofAddr}
+	o.cmd = exec.Command(managerBinary(b), append(args, extraArgs...)...)
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
 	// The manager dies with the benchmark, even one killed by a timeout.
 	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
