@@ -79,10 +79,18 @@ func TestValidateUpdate(t *testing.T) {
 		{"an unrelated change", nil, func(s *v1alpha1.ApiServerConfigSpec) { s.EventTTL = nil }, "", ""},
 		{"a new etcd prefix", nil, func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Prefix = "/elsewhere" }, "spec.etcd.prefix", "left behind"},
 		{"adding a secondary range", func(s *v1alpha1.ApiServerConfigSpec) { s.ServiceClusterIPRange = []string{"10.96.0.0/16"} },
-			func(s *v1alpha1.ApiServerConfigSpec) { s.ServiceClusterIPRange = []string{"10.96.0.0/16", "fd00::/108"} }, "", ""},
-		{"changing the secondary range", func(s *v1alpha1.ApiServerConfigSpec) { s.ServiceClusterIPRange = []string{"10.96.0.0/16", "fd00::/108"} },
-			func(s *v1alpha1.ApiServerConfigSpec) { s.ServiceClusterIPRange = []string{"10.96.0.0/16", "fd01::/108"} }, "spec.serviceClusterIPRange[1]", "immutable once set"},
-		{"dropping the secondary range", func(s *v1alpha1.ApiServerConfigSpec) { s.ServiceClusterIPRange = []string{"10.96.0.0/16", "fd00::/108"} },
+			func(s *v1alpha1.ApiServerConfigSpec) {
+				s.ServiceClusterIPRange = []string{"10.96.0.0/16", "fd00::/108"}
+			}, "", ""},
+		{"changing the secondary range", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.ServiceClusterIPRange = []string{"10.96.0.0/16", "fd00::/108"}
+		},
+			func(s *v1alpha1.ApiServerConfigSpec) {
+				s.ServiceClusterIPRange = []string{"10.96.0.0/16", "fd01::/108"}
+			}, "spec.serviceClusterIPRange[1]", "immutable once set"},
+		{"dropping the secondary range", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.ServiceClusterIPRange = []string{"10.96.0.0/16", "fd00::/108"}
+		},
 			func(s *v1alpha1.ApiServerConfigSpec) { s.ServiceClusterIPRange = []string{"10.96.0.0/16"} }, "spec.serviceClusterIPRange", "cannot be removed"},
 		{"one minor up", func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.36.4" },
 			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "", ""},

@@ -21,6 +21,7 @@ bench: manifests generate bundled $(if $(filter 1,$(BENCH_LOCALCLUSTER)),localcl
 	$(BENCH_GO_TEST) -bench . ./apiserver/pki | tee -a $(BENCH_LOG)
 	BENCH_OUT=$(BENCH_DIR) $(BENCH_GO_TEST) -bench 'Converge' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
 	BENCH_OUT=$(BENCH_DIR) $(BENCH_GO_TEST) -bench 'ApplyToDeployment' -benchtime 200x ./test/bench | tee -a $(BENCH_LOG)
+	$(BENCH_GO_TEST) -bench 'Admission' -benchtime 100x ./test/bench | tee -a $(BENCH_LOG)
 	BENCH_STEADY_WINDOW=$(BENCH_STEADY_WINDOW) $(BENCH_GO_TEST) -bench 'SteadyState' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
 ifeq ($(BENCH_LOCALCLUSTER),1)
 	@# The cluster's components log to stderr: kept apart, so that they do

@@ -266,4 +266,3 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 		Spec:       s,
 	}
 }
-

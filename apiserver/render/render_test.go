@@ -90,10 +90,10 @@ func TestRender_RefusesWhatAdmissionRefuses(t *testing.T) {
 		"  serviceClusterIPRange: [\"10.96.0.0/30\"]\n":                   `spec.serviceClusterIPRange[0]: Invalid value: "10.96.0.0/30": must hold at least 8 addresses`,
 		"  extraArgs:\n  - name: enable-admision-plugins\n    value: x\n": `spec.extraArgs[0].name: Invalid value: "enable-admision-plugins": kube-apiserver v1.37.1 has no flag --enable-admision-plugins, did you mean --enable-admission-plugins?`,
 		"  masterCount: -1\n": "spec.masterCount: Invalid value: -1: spec.masterCount in body should be greater than or equal to 0",
-		"  serving:\n    tls:\n      minVersion: VersionTLS10\n":  `spec.serving.tls.minVersion: Unsupported value: "VersionTLS10"`,
-		"  etcd:\n    servers: [\"etcd-0:2379\"]\n":               "spec.etcd.servers[0]: Invalid value: \"etcd-0:2379\": must be an http:// or https:// URL",
-		"  featureGates:\n    MultiCIDRServiceAllocator: false\n": "MultiCIDRServiceAllocator is locked to true in kube-apiserver v1.37.1",
-		"  extraArgs:\n  - name: goaway-chance\n    value: \"0.5\"\n":  "spec.extraArgs[0].value: Invalid value: \"0.5\": kube-apiserver v1.37.1 would refuse to start: --goaway-chance can not be less than 0 or greater than 0.02",
+		"  serving:\n    tls:\n      minVersion: VersionTLS10\n":      `spec.serving.tls.minVersion: Unsupported value: "VersionTLS10"`,
+		"  etcd:\n    servers: [\"etcd-0:2379\"]\n":                   "spec.etcd.servers[0]: Invalid value: \"etcd-0:2379\": must be an http:// or https:// URL",
+		"  featureGates:\n    MultiCIDRServiceAllocator: false\n":     "MultiCIDRServiceAllocator is locked to true in kube-apiserver v1.37.1",
+		"  extraArgs:\n  - name: goaway-chance\n    value: \"0.5\"\n": "spec.extraArgs[0].value: Invalid value: \"0.5\": kube-apiserver v1.37.1 would refuse to start: --goaway-chance can not be less than 0 or greater than 0.02",
 	}
 	for extra, want := range cases {
 		manifest := base + extra

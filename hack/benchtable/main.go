@@ -32,7 +32,7 @@ func (t target) met(v float64) bool {
 	return v >= t.limit
 }
 
-// targets are the goals of issue 8, by benchmark (as benchfmt names it:
+// targets are the goals of issues 8 and 12, by benchmark (as benchfmt names it:
 // without "Benchmark" and the -GOMAXPROCS suffix) and unit as benchfmt tidies it (ns/op becomes sec/op).
 var targets = map[[2]string]target{
 	{"Converge/objects=1000", "sec/op"}:       {true, 30, "< 30 s"},
@@ -41,6 +41,8 @@ var targets = map[[2]string]target{
 	{"SteadyState", "writes/window"}:          {true, 0, "0"},
 	{"ApplyToDeployment", "p99-ms"}:           {true, 50, "< 50 ms"},
 	{"TenantReadyz", "ratio"}:                 {true, 1.3, "≤ 1.3"},
+	{"Admission/admitted", "p99-ms"}:          {true, 100, "< 100 ms"},
+	{"Admission/refused", "p99-ms"}:           {true, 100, "< 100 ms"},
 }
 
 var procsSuffix = regexp.MustCompile(`-\d+$`)

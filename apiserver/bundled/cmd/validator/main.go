@@ -41,12 +41,12 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/test/bufconn"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apiserver/pkg/server/egressselector"
-	"k8s.io/apiserver/pkg/storage/storagebackend"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
 	"k8s.io/apiserver/pkg/server/resourceconfig"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/cli/globalflag"
 	basecompatibility "k8s.io/component-base/compatibility"
@@ -435,6 +435,8 @@ func standInEtcd(tr *storagebackend.TransportConfig) (stop func()) {
 // never accepts.
 type inertListener struct{ addr *net.TCPAddr }
 
-func (l inertListener) Accept() (net.Conn, error) { return nil, errors.New("the validator does not serve") }
-func (l inertListener) Close() error              { return nil }
-func (l inertListener) Addr() net.Addr            { return l.addr }
+func (l inertListener) Accept() (net.Conn, error) {
+	return nil, errors.New("the validator does not serve")
+}
+func (l inertListener) Close() error   { return nil }
+func (l inertListener) Addr() net.Addr { return l.addr }
