@@ -38,31 +38,32 @@ func (a Admission) Admit(ctx context.Context, old, cfg *v1alpha1.ApiServerConfig
 	if len(errs) > 0 {
 		return errs, warnings
 	}
-	upstreamErrs, upstreamWarnings := a.judge(ctx, cfg)
-	return upstreamErrs, append(warnings, upstreamWarnings...)
+	// The validator's warnings (deprecated flags) are those Validate
+	// already gave, with their fields.
+	return a.judge(ctx, cfg), warnings
 }
 
 // judge asks the validator of cfg's version.
-func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
+func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) field.ErrorList {
 	specPath := field.NewPath("spec")
 	c, err := Complete(cfg, Inputs{})
 	if err != nil {
-		return field.ErrorList{field.Invalid(specPath, "", err.Error())}, nil
+		return field.ErrorList{field.Invalid(specPath, "", err.Error())}
 	}
 	version := c.Spec.Version
 	if a.Validator == nil || !a.Validator.Has(version) {
 		if c.Catalog == nil {
 			// Not a bundled version: there is no code of it to run. The
 			// catalog warning of Validate already says so.
-			return nil, nil
+			return nil
 		}
 		return field.ErrorList{field.InternalError(specPath.Child("version"), fmt.Errorf(
 			"the operator has no validator for kube-apiserver %s, so it cannot check this spec and admits nothing unchecked: the manager's --validator-dir must hold %s%s",
-			version, upstream.BinaryPrefix, version))}, nil
+			version, upstream.BinaryPrefix, version))}
 	}
 	req, err := ValidationRequest(c, a.PodIP)
 	if err != nil {
-		return field.ErrorList{field.Invalid(specPath, "", fmt.Sprintf("rendering the kube-apiserver command line: %v", err))}, nil
+		return field.ErrorList{field.Invalid(specPath, "", fmt.Sprintf("rendering the kube-apiserver command line: %v", err))}
 	}
 	res, err := a.Validator.Validate(ctx, version, req)
 	if err != nil {
@@ -70,7 +71,7 @@ func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (fi
 			err = fmt.Errorf("it did not answer in time: %w", err)
 		}
 		return field.ErrorList{field.InternalError(specPath, fmt.Errorf(
-			"checking the spec with kube-apiserver %s's own code failed, so nothing is admitted unchecked; retry, and if it persists look at the operator's logs: %w", version, err))}, nil
+			"checking the spec with kube-apiserver %s's own code failed, so nothing is admitted unchecked; retry, and if it persists look at the operator's logs: %w", version, err))}
 	}
 	var errs field.ErrorList
 	var unplaced []upstream.Problem
@@ -81,10 +82,7 @@ func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (fi
 			unplaced = append(unplaced, p)
 		}
 	}
-	for _, e := range a.placeByElimination(ctx, cfg, c, unplaced) {
-		errs = append(errs, e)
-	}
-	return errs, res.Warnings
+	return append(errs, a.placeByElimination(ctx, cfg, c, unplaced)...)
 }
 
 // maxEliminations bounds the extra judgements spent on placing a problem

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -59,6 +61,11 @@ func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alph
 	ctx, cancel := context.WithTimeout(ctx, webhookBudget)
 	defer cancel()
 	errs, warnings := v.Admission.Admit(ctx, old, obj)
+	for _, e := range errs {
+		if e.Type == field.ErrorTypeInternal {
+			ctrl.LoggerFrom(ctx).Error(e, "Admission could not judge an ApiServerConfig: it was refused", "apiServerConfig", klog.KObj(obj))
+		}
+	}
 	if len(errs) > 0 {
 		return warnings, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("ApiServerConfig").GroupKind(), obj.Name, errs)
 	}
