@@ -75,7 +75,11 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 			c.Spec.Admission.EnablePlugins = []string{"PodNodeSelector"}
 		}},
 
-		// Values out of upstream's ranges and formats.
+		// Values out of upstream's ranges and formats, or not of the flag's
+		// type (pflag's own parsing, which takes 0x10 for an int).
+		{name: "a value of the wrong type", mutate: extraArgs("goaway-chance=often"), field: "spec.extraArgs[0].value", message: `invalid argument "often" for "--goaway-chance" flag`},
+		{name: "a duration without a unit", mutate: extraArgs("shutdown-delay-duration=30"), field: "spec.extraArgs[0].value", message: `invalid argument "30" for "--shutdown-delay-duration" flag`},
+		{name: "a hexadecimal int", mutate: extraArgs("max-connection-bytes-per-sec=0x10")},
 		{name: "goaway chance above 0.02", mutate: extraArgs("goaway-chance=0.5"), field: "spec.extraArgs[0].value", message: "--goaway-chance can not be less than 0 or greater than 0.02"},
 		{name: "a negative duration", mutate: extraArgs("livez-grace-period=-1s"), field: "spec.extraArgs[0].value", message: "--livez-grace-period can not be a negative value"},
 		{name: "an invalid regexp", mutate: extraArgs("cors-allowed-origins=(["), field: "spec.extraArgs[0].value", message: "invalid regular expression"},

@@ -2,9 +2,7 @@ package apiserver
 
 import (
 	"fmt"
-	"net"
 	"sort"
-	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,9 +65,9 @@ func Validate(cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
 }
 
 // validateExtraArgs refuses flags the operator manages, flags the version
-// does not have (with a suggestion for a misspelling), values that do not
-// parse as the flag's type, and a flag repeated where only the last value
-// would count.
+// does not have (with a suggestion for a misspelling), and a flag repeated
+// where only the last value would count. Values are judged by
+// kube-apiserver's own flag parsing (Admission.Admit).
 func validateExtraArgs(args []v1alpha1.ExtraArg, v *utilversion.Version, catalog *Catalog, path *field.Path, warnings *[]string) field.ErrorList {
 	var errs field.ErrorList
 	managed := ManagedFlagFields()
@@ -106,38 +104,8 @@ func validateExtraArgs(args []v1alpha1.ExtraArg, v *utilversion.Version, catalog
 		} else if !dup {
 			seen[a.Name] = i
 		}
-		if err := checkFlagValue(f, extraArgValue(a, catalog)); err != nil {
-			errs = append(errs, field.Invalid(p.Child("value"), a.Value,
-				fmt.Sprintf("--%s takes a %s: %v", a.Name, f.Type, err)))
-		}
 	}
 	return errs
-}
-
-// checkFlagValue parses value as kube-apiserver would for the scalar types;
-// other types are left to kube-apiserver.
-func checkFlagValue(f Flag, value string) error {
-	var err error
-	switch f.Type {
-	case "bool":
-		_, err = strconv.ParseBool(value)
-	case "int", "int32", "int64":
-		_, err = strconv.ParseInt(value, 10, 64)
-	case "uint":
-		_, err = strconv.ParseUint(value, 10, 64)
-	case "float32", "float64":
-		_, err = strconv.ParseFloat(value, 64)
-	case "duration":
-		_, err = time.ParseDuration(value)
-	case "ip":
-		if net.ParseIP(value) == nil {
-			err = fmt.Errorf("%q is not an IP address", value)
-		}
-	}
-	if ne, ok := err.(*strconv.NumError); ok {
-		err = ne.Err
-	}
-	return err
 }
 
 // validateResource checks that kube-apiserver stores group/resource, since

@@ -83,7 +83,7 @@ func TestApiServerConfigValidator_RefusesWhatKubeAPIServerWouldReject(t *testing
 	}
 	broken := valid.DeepCopy()
 	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"extraArgs":[{"name":"goaway-chance","value":"often"}]}}`))
-	if err := env.Client.Patch(ctx, broken, patch); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "--goaway-chance takes a float64") {
+	if err := env.Client.Patch(ctx, broken, patch); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), `spec.extraArgs[0].value: Invalid value: "often": kube-apiserver v1.37.1 would refuse to start: invalid argument "often" for "--goaway-chance" flag`) {
 		t.Fatalf("want the update refused for its flag value, got %v", err)
 	}
 	stored := &v1alpha1.ApiServerConfig{}

@@ -31,7 +31,9 @@ import (
 // admitted is then rendered as the controller renders it (with the
 // Service's ClusterIP known) and judged again by the bundled kube-apiserver's
 // own code: a spec admitted that kube-apiserver would refuse fails the test,
-// with the spec printed. ADMISSION_FUZZ_SPECS sets how many specs (make
+// with the spec printed. The other way round, a spec that the catalog checks
+// refuse in kube-apiserver's stead (a flag, gate or plugin it does not have)
+// must be refused by kube-apiserver's code too. ADMISSION_FUZZ_SPECS sets how many specs (make
 // test runs a few hundred; make fuzz-admission 10 000).
 func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 	n := 200
@@ -72,6 +74,9 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 	}
 	for i := range uint64(n) {
 		work <- seed*1_000_003 + i
+		if i > 0 && i%1000 == 0 {
+			t.Logf("%d specs: %d admitted, %d refused", i, admitted.Load(), refused.Load())
+		}
 	}
 	close(work)
 	wg.Wait()
@@ -98,7 +103,7 @@ func checkOne(opts Options, gen *generator, seed uint64, admitted, refused *atom
 			return fmt.Sprintf("seed %d: admission could not judge:\n%s\n%v", seed, manifest, err)
 		}
 		refused.Add(1)
-		return ""
+		return checkCatalogRefusal(opts, cfg, seed, manifest)
 	}
 	admitted.Add(1)
 	c, err := apiserver.Complete(got, apiserver.Inputs{ServiceClusterIP: serviceClusterIP(got)})
@@ -115,6 +120,44 @@ func checkOne(opts Options, gen *generator, seed uint64, admitted, refused *atom
 	}
 	if len(res.Problems) > 0 {
 		return fmt.Sprintf("seed %d: admitted, but kube-apiserver %s refuses its rendering: %v\n%s", seed, res.Version, res.Problems, manifest)
+	}
+	return ""
+}
+
+// catalogPhrases are the refusals of the catalog checks that stand for
+// kube-apiserver's own (a flag, gate or plugin it does not have, a gate
+// locked to its default), as opposed to the operator's policy.
+var catalogPhrases = []string{"has no flag", "has no feature gate", "is locked to", "has no admission plugin"}
+
+// checkCatalogRefusal checks the other direction for a spec the catalog
+// checks refused in kube-apiserver's stead, and for nothing else: its
+// rendering must be refused by kube-apiserver's code too.
+func checkCatalogRefusal(opts Options, cfg *v1alpha1.ApiServerConfig, seed uint64, manifest []byte) string {
+	errs, _ := apiserver.Validate(cfg)
+	if len(errs) == 0 {
+		return ""
+	}
+	for _, e := range errs {
+		if !slices.ContainsFunc(catalogPhrases, func(p string) bool { return strings.Contains(e.Detail, p) }) {
+			return "" // the operator's own rule, or a CRD rule
+		}
+	}
+	defaulted := cfg.DeepCopy()
+	apiserver.SetDefaults(&defaulted.Spec)
+	c, err := apiserver.Complete(defaulted, apiserver.Inputs{})
+	if err != nil {
+		return ""
+	}
+	req, err := apiserver.ValidationRequest(c, opts.Admission.PodIP)
+	if err != nil {
+		return ""
+	}
+	res, err := opts.Admission.Validator.Validate(context.Background(), c.Spec.Version, req)
+	if err != nil {
+		return fmt.Sprintf("seed %d: the validator did not answer: %v", seed, err)
+	}
+	if len(res.Problems) == 0 {
+		return fmt.Sprintf("seed %d: the catalog checks refuse what kube-apiserver %s accepts: %v\n%s", seed, res.Version, errs.ToAggregate(), manifest)
 	}
 	return ""
 }
@@ -215,6 +258,9 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 	}
 	for range r.IntN(3) {
 		name := pick(g.flags)
+		if coin(5) {
+			name = pick([]string{"enable-admision-plugins", "goaway-chanse", "insecure-port"})
+		}
 		if slices.ContainsFunc(s.ExtraArgs, func(a v1alpha1.ExtraArg) bool { return a.Name == name }) {
 			continue
 		}
@@ -223,11 +269,11 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 	if coin(30) {
 		s.FeatureGates = map[string]bool{}
 		for range 1 + r.IntN(2) {
-			s.FeatureGates[pick(g.gates)] = coin(50)
+			s.FeatureGates[pick(append([]string{"NoSuchGate"}, g.gates...))] = coin(50)
 		}
 	}
 	if coin(30) {
-		p := pick(g.plugins)
+		p := pick(append([]string{"NoSuchPlugin"}, g.plugins...))
 		if coin(70) {
 			s.Admission.EnablePlugins = []string{p}
 		} else if !slices.Contains([]string{"ServiceAccount", "NamespaceLifecycle", "NodeRestriction"}, p) {

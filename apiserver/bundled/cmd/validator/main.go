@@ -179,7 +179,7 @@ func judge(req request, root string) (problems []problem, warnings []string) {
 	if rest := fs.Args(); len(rest) > 0 {
 		return []problem{{Message: fmt.Sprintf("kube-apiserver takes no arguments, got %q", rest)}}, warnings
 	}
-	if _, ok := set["version"]; ok {
+	if v, ok := set["version"]; ok && v != "false" {
 		return []problem{{Flags: []string{"version"}, Message: "--version makes kube-apiserver print its version and exit instead of serving"}}, warnings
 	}
 
