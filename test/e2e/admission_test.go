@@ -61,7 +61,7 @@ func TestOperator_WrongSpecsAreRefusedAtApplyAndCreateNothing(t *testing.T) {
 			cfg.Spec.Authorization.Modes = []v1alpha1.AuthorizationMode{"Node"}
 		}},
 		{"wide-ipv6", "spec.serviceClusterIPRange[1]", "must be a /64 or narrower", func(cfg *v1alpha1.ApiServerConfig) {
-			cfg.Spec.ServiceClusterIPRange = append(cfg.Spec.ServiceClusterIPRange[:1], "fd00:10:96::/48")
+			cfg.Spec.ServiceClusterIPRange = []string{"10.96.0.0/16", "fd00:10:96::/48"}
 		}},
 	}
 	for _, tc := range cases {
