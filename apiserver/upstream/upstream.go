@@ -208,6 +208,12 @@ func (p *Pool) Validate(ctx context.Context, version string, req Request) (*Resu
 
 // refill starts the next waiting process for version, unless one is there.
 func (p *Pool) refill(version string) {
+	p.mu.Lock()
+	there := p.closed || p.waiting[version] != nil
+	p.mu.Unlock()
+	if there {
+		return
+	}
 	next, err := start(p.binary(version))
 	if err != nil {
 		return

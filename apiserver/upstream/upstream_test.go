@@ -53,6 +53,10 @@ func TestPool_OneProcessPerRequestAndOneWaiting(t *testing.T) {
 	if len(first.Problems) != 1 || first.Problems[0].Message != "no" {
 		t.Fatalf("the answer was not read: %+v", first)
 	}
+	// The next process is started after the request and waits for the
+	// next one.
+	waitFor(t, func() bool { return p.waitingPID() != "" })
+	next := p.waitingPID()
 	second, err := p.Validate(context.Background(), "v1.37.1", Request{})
 	if err != nil {
 		t.Fatal(err)
@@ -60,10 +64,14 @@ func TestPool_OneProcessPerRequestAndOneWaiting(t *testing.T) {
 	if second.Version == first.Version {
 		t.Fatal("one process judged two requests: kube-apiserver's global state would leak between them")
 	}
-	// After each request the next process is started, and only one waits.
-	waitFor(t, func() bool { return len(started(t, dir)) == 3 })
+	if second.Version != next {
+		t.Fatalf("the second request was judged by process %s, not by the waiting one %s", second.Version, next)
+	}
+	waitFor(t, func() bool { w := p.waitingPID(); return w != "" && w != next })
+	waiting := p.waitingPID()
 
-	// The same request again is answered from memory, by no process.
+	// The same request again is answered from memory: the answer is the
+	// first process's, and the waiting process was not taken.
 	again, err := p.Validate(context.Background(), "v1.37.1", Request{Args: []string{"--x=1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -71,15 +79,14 @@ func TestPool_OneProcessPerRequestAndOneWaiting(t *testing.T) {
 	if again.Version != first.Version {
 		t.Fatalf("a repeated request was judged again, by process %s", again.Version)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if n := len(started(t, dir)); n != 3 {
-		t.Fatalf("a repeated request started a process (%d started)", n)
+	if w := p.waitingPID(); w != waiting {
+		t.Fatalf("a repeated request took the waiting process %s (now waiting: %q)", waiting, w)
 	}
 	p.mu.Lock()
-	waiting := len(p.waiting)
+	n := len(p.waiting)
 	p.mu.Unlock()
-	if waiting != 1 {
-		t.Fatalf("%d processes wait, want 1", waiting)
+	if n != 1 {
+		t.Fatalf("%d processes wait, want 1", n)
 	}
 }
 
