@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -70,6 +71,7 @@ type options struct {
 	validatorDir         string
 	webhookHost          string
 	webhookPort          int
+	stallAfter           time.Duration
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -112,12 +114,17 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+upstream.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
+	fs.DurationVar(&o.stallAfter, "stall-after", controllers.DefaultStallAfter,
+		"How long an environment failure (a Secret or ConfigMap the spec names missing, etcd unreachable, apiserver pods that cannot be scheduled, pull their image or stay up) lasts before the ApiServerConfig is marked Stalled, which GitOps tools read as failed.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if o.concurrency < 1 {
 		return nil, fmt.Errorf("--max-concurrent-reconciles is %d: it must be at least 1", o.concurrency)
+	}
+	if o.stallAfter <= 0 {
+		return nil, fmt.Errorf("--stall-after is %s: it must be positive", o.stallAfter)
 	}
 	return o, nil
 }
@@ -200,6 +207,8 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		Etcd:                    controllers.EtcdV3{},
 		ImageRepository:         o.imageRepository,
 		MaxConcurrentReconciles: o.concurrency,
+		Namespaces:              mgrOpts.Cache.DefaultNamespaces,
+		StallAfter:              o.stallAfter,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ApiServerConfig controller: %w", err)

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -36,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -46,6 +48,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Finalizer holds an ApiServerConfig until the operator removed what it
 // created.
@@ -97,6 +100,12 @@ type ApiServerConfigReconciler struct {
 	// CATrustPropagation is the least time a new CA is trusted before it
 	// signs (defaultCATrustPropagation when zero).
 	CATrustPropagation time.Duration
+	// Namespaces limits the watch of the users' Secrets and ConfigMaps to
+	// the namespaces the manager's cache watches (all when nil).
+	Namespaces map[string]cache.Config
+	// StallAfter is how long an environment failure lasts before the
+	// ApiServerConfig is Stalled (DefaultStallAfter when zero).
+	StallAfter time.Duration
 
 	// applied remembers, per object, the resourceVersion the operator's last
 	// apply left, so that an object nobody changed is not applied again.
@@ -191,13 +200,37 @@ func (r *ApiServerConfigReconciler) trackTimeToReady(cfg *v1alpha1.ApiServerConf
 // do bring the owner back.
 var owned = builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})
 
+// podOwner is the ApiServerConfig of an apiserver pod, named by its label.
+func podOwner(_ context.Context, pod client.Object) []reconcile.Request {
+	name := pod.GetLabels()[apiserver.NameLabel]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: pod.GetNamespace(), Name: name}}}
+}
+
 // SetupWithManager registers the reconciler: it watches ApiServerConfigs
 // and the objects it owns.
 func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ApiServerConfig{}, referenceIndex, indexReferences); err != nil {
+		return fmt.Errorf("indexing ApiServerConfigs by the objects they name: %w", err)
+	}
+	// The metadata of the users' Secrets and ConfigMaps, in a cache of its
+	// own: the manager's holds only the operator's objects.
+	references, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		DefaultNamespaces: r.Namespaces, DefaultTransform: cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the cache of referenced Secrets and ConfigMaps: %w", err)
+	}
+	if err := mgr.Add(references); err != nil {
+		return err
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ApiServerConfig{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Owns(&appsv1.Deployment{}, owned).
@@ -205,7 +238,13 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Secret{}, owned).
 		Owns(&corev1.ConfigMap{}, owned).
 		Owns(&policyv1.PodDisruptionBudget{}, owned).
-		Named("apiserverconfig").
+		// The apiserver pods say why a rollout does not progress, and when
+		// the last one of a hibernating tenant is gone.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podOwner))
+	for _, src := range r.referenceSources(references, mgr.GetClient()) {
+		b = b.WatchesRawSource(src)
+	}
+	return b.Named("apiserverconfig").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		Complete(r)
 }
@@ -253,8 +292,13 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		r.remember(previous, cfg)
 	}
 
+	if err := r.markReconciling(ctx, cfg); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	now := r.Clock.Now()
 	before := cfg.DeepCopy()
-	obs := observations{generation: cfg.Generation, masterCount: 1}
+	obs := observations{generation: cfg.Generation, masterCount: 1, now: now, stallAfter: cmp.Or(r.StallAfter, DefaultStallAfter)}
 	if cfg.Spec.MasterCount != nil {
 		obs.masterCount = *cfg.Spec.MasterCount
 	}
@@ -267,6 +311,10 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if err := r.writeStatus(ctx, before, cfg, obs); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("writing status: %w", err))
 		}
+		// An environment failure is looked at again when it would stall.
+		if retErr == nil && obs.failure != nil && !obs.failure.stalled(obs.now, obs.stallAfter) {
+			result.RequeueAfter = minPositive(result.RequeueAfter, obs.failure.since.Add(obs.stallAfter).Sub(obs.now)+time.Second)
+		}
 		r.trackTimeToReady(cfg, r.Clock.Now())
 	}()
 
@@ -276,6 +324,32 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		obs.invalid = errs.ToAggregate()
 		r.event(cfg, corev1.EventTypeWarning, v1alpha1.ReasonInvalidSpec, "Validate", "%s", obs.invalid.Error())
 		return ctrl.Result{}, reconcile.TerminalError(obs.invalid)
+	}
+
+	// What runs now, from the cache: status tells it even when a step
+	// stops the pass.
+	current := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, current); err == nil {
+		obs.deployment = current
+	} else if !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, step("Deployment", err)
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+		return ctrl.Result{}, step("Pods", err)
+	}
+	obs.podsLeft = len(pods.Items)
+
+	// The users' Secrets and ConfigMaps the spec names: without them
+	// nothing can start. Their watch brings the object back when one is
+	// created or fixed.
+	refs, err := readReferences(ctx, r.APIReader, cfg)
+	if missing := (*missingReference)(nil); errors.As(err, &missing) {
+		obs.failure = &envFailure{reason: v1alpha1.ReasonReferenceMissing, message: missing.Error(),
+			since: failingSince(before.Status.Conditions, v1alpha1.ReasonReferenceMissing, now)}
+		return ctrl.Result{}, nil
+	} else if err != nil {
+		return ctrl.Result{}, step("References", err)
 	}
 
 	// The Service's ClusterIP and load-balancer addresses are SANs of the
@@ -307,10 +381,9 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			return ctrl.Result{}, reconcile.TerminalError(err)
 		}
 	}
-	now := r.Clock.Now()
 
 	// PKI: what exists and is current, and what must be issued.
-	p, err := r.reconcilePKI(ctx, cfg, c, now)
+	p, err := r.reconcilePKI(ctx, cfg, c, refs, now)
 	if err != nil {
 		return ctrl.Result{}, step("PKI", err)
 	}
@@ -323,7 +396,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	recordCertificateExpiry(cfg, p.certificates)
 
 	// etcd.
-	tlsConfig, etcdFiles, err := etcdTLS(ctx, r.APIReader, cfg, &c.Spec.Etcd)
+	tlsConfig, etcdFiles, err := etcdTLS(ctx, refs, cfg, &c.Spec.Etcd)
 	if err != nil {
 		return ctrl.Result{}, step("Etcd", err)
 	}
@@ -333,6 +406,8 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		obs.etcdErr = r.Etcd.Check(ctx, etcdEndpoints(&c.Spec.Etcd), tlsConfig)
 		if obs.etcdErr != nil {
 			log.Info("etcd is unreachable", "apiServerConfig", klog.KObj(cfg), "error", obs.etcdErr.Error())
+			obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdUnreachable, message: obs.etcdErr.Error(),
+				since: failingSince(before.Status.Conditions, v1alpha1.ReasonEtcdUnreachable, now)}
 			requeue = etcdRetryInterval
 		} else if c.Spec.CacheSizing.Policy == v1alpha1.CacheSizingAuto {
 			resized, next, err := r.observeClusterSize(ctx, cfg, c, tlsConfig, now)
@@ -351,7 +426,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 
 	// Configuration.
-	oidcCA, err := r.oidcCA(ctx, cfg, c)
+	oidcCA, err := oidcCA(ctx, refs, cfg, c)
 	if err != nil {
 		return ctrl.Result{}, step("Config", err)
 	}
@@ -381,10 +456,6 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	secrets, err := apiserver.DesiredPKISecrets(c, p.secrets)
 	if err != nil {
 		return ctrl.Result{}, step("PKI", err)
-	}
-	current := &appsv1.Deployment{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, current); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, step("Deployment", err)
 	}
 	hash := apiserver.ConfigHash(args, apiserver.PodFiles(c, secrets, cm, encryption, etcdFiles))
 	rolledOut := rolloutDone(current) && current.Spec.Template.Annotations[apiserver.ConfigHashAnnotation] == hash
@@ -418,6 +489,10 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	current = deploy
 	obs.deployment = current
+	// A rollout that does not progress: the pods say why.
+	if obs.failure == nil && obs.masterCount > 0 && !rolloutDone(current) {
+		obs.failure = cmp.Or(podFailure(pods.Items), rolloutFailure(current))
+	}
 	if rotationWait > 0 {
 		requeue = minPositive(requeue, rotationWait)
 	}
@@ -531,13 +606,13 @@ func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg 
 }
 
 // oidcCA reads the OIDC issuer's CA from the ConfigMap the spec names.
-func (r *ApiServerConfigReconciler) oidcCA(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed) ([]byte, error) {
+func oidcCA(ctx context.Context, refs client.Reader, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed) ([]byte, error) {
 	o := c.Spec.Authentication.OIDC
 	if o == nil || o.CAConfigMapName == "" {
 		return nil, nil
 	}
 	cm := &corev1.ConfigMap{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: o.CAConfigMapName}, cm); err != nil {
+	if err := refs.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: o.CAConfigMapName}, cm); err != nil {
 		return nil, fmt.Errorf("reading ConfigMap %s/%s named by spec.authentication.oidc.caConfigMapName: %w", cfg.Namespace, o.CAConfigMapName, err)
 	}
 	ca := cm.Data["ca.crt"]
@@ -752,16 +827,46 @@ func (r *ApiServerConfigReconciler) orphan(ctx context.Context, cfg *v1alpha1.Ap
 	return nil
 }
 
+// markReconciling says at once, before any slow step, that the operator
+// works on a new generation of an object it has reported on: otherwise the
+// previous generation's conditions, Ready among them, would stand until the
+// pass ends. A new object needs no such write: its observedGeneration reads
+// 0 (a default of the CRD) until the operator's first status, which GitOps
+// tools read as in progress.
+func (r *ApiServerConfigReconciler) markReconciling(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
+	if cfg.Status.ObservedGeneration == cfg.Generation || len(cfg.Status.Conditions) == 0 {
+		return nil
+	}
+	before := cfg.DeepCopy()
+	msg := fmt.Sprintf("Reconciling generation %d", cfg.Generation)
+	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReconciling, true, v1alpha1.ReasonProgressing, msg, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonProgressing, msg, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionStalled, false, v1alpha1.ReasonProgressing, msg, cfg.Generation))
+	cfg.Status.ObservedGeneration = cfg.Generation
+	if err := r.Client.Status().Patch(ctx, cfg, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("marking generation %d as reconciling: %w", cfg.Generation, err))
+	}
+	r.remember(before.ResourceVersion, cfg)
+	return nil
+}
+
 // writeStatus computes the conditions and patches status when anything
 // changed; observedGeneration moves only on a successful pass.
 func (r *ApiServerConfigReconciler) writeStatus(ctx context.Context, before, cfg *v1alpha1.ApiServerConfig, obs observations) error {
 	oldReady := meta.FindStatusCondition(before.Status.Conditions, v1alpha1.ConditionReady)
 	for _, c := range conditions(obs) {
+		if obs.unobserved(c.Type) && meta.FindStatusCondition(cfg.Status.Conditions, c.Type) != nil {
+			continue // the pass stopped before looking: what was seen last stands
+		}
 		meta.SetStatusCondition(&cfg.Status.Conditions, c)
+		if !c.LastTransitionTime.IsZero() {
+			// The condition knows since when its cause holds.
+			meta.FindStatusCondition(cfg.Status.Conditions, c.Type).LastTransitionTime = c.LastTransitionTime
+		}
 	}
-	if obs.stepErr == nil && obs.invalid == nil {
-		cfg.Status.ObservedGeneration = cfg.Generation
-	}
+	// The conditions describe this generation, whatever they say: kstatus
+	// reads Stalled only of an observed generation.
+	cfg.Status.ObservedGeneration = cfg.Generation
 	if apiequality.Semantic.DeepEqual(before.Status, cfg.Status) {
 		return nil
 	}
@@ -843,8 +948,12 @@ func (r *ApiServerConfigReconciler) rotate(ctx context.Context, cfg *v1alpha1.Ap
 // server-side apply wrote it.
 func CacheOptions() cache.Options {
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": apiserver.FieldOwner})}
+	// The apiserver pods carry the name label (they are the Deployment's,
+	// not the operator's, so they have no managed-by label).
+	apiserverPod, _ := labels.NewRequirement(apiserver.NameLabel, selection.Exists, nil)
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:                   {Label: labels.NewSelector().Add(*apiserverPod)},
 			&corev1.Secret{}:                owned,
 			&corev1.ConfigMap{}:             owned,
 			&corev1.Service{}:               owned,

@@ -34,18 +34,18 @@ type pkiResult struct {
 
 // reconcilePKI keeps what exists and is still good, and issues the rest. A
 // CA that exists is never regenerated: a lost CA breaks every client.
-func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, now time.Time) (*pkiResult, error) {
+func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, refs client.Reader, now time.Time) (*pkiResult, error) {
 	certs := c.Spec.Certificates
 	alg := certs.KeyAlgorithm
 	validity, caValidity := certs.Validity.Duration, certs.CAValidity.Duration
 	res := &pkiResult{}
 
-	ca, caBundle, err := r.loadOrCreateCA(ctx, cfg, apiserver.CASecretName(cfg.Name), "kubernetes", certs.CASecretName, alg, caValidity, now, res)
+	ca, caBundle, err := r.loadOrCreateCA(ctx, refs, cfg, apiserver.CASecretName(cfg.Name), "kubernetes", certs.CASecretName, alg, caValidity, now, res)
 	if err != nil {
 		return nil, fmt.Errorf("reconciling the cluster CA: %w", err)
 	}
 	res.trustedCAs, _ = certutil.ParseCertsPEM(caBundle)
-	frontProxyCA, frontProxyBundle, err := r.loadOrCreateCA(ctx, cfg, apiserver.FrontProxyCASecretName(cfg.Name), "front-proxy-ca", "", alg, caValidity, now, res)
+	frontProxyCA, frontProxyBundle, err := r.loadOrCreateCA(ctx, refs, cfg, apiserver.FrontProxyCASecretName(cfg.Name), "front-proxy-ca", "", alg, caValidity, now, res)
 	if err != nil {
 		return nil, fmt.Errorf("reconciling the front-proxy CA: %w", err)
 	}
@@ -123,12 +123,12 @@ func (res *pkiResult) track(name string, cert *x509.Certificate, percent int32) 
 // loadOrCreateCA returns the CA of secretName, or the user's CA of
 // userSecret, or a new one when neither exists, with its trust bundle: the
 // CA and every unexpired CA the existing bundle already trusted.
-func (r *ApiServerConfigReconciler) loadOrCreateCA(ctx context.Context, cfg *v1alpha1.ApiServerConfig, secretName, commonName, userSecret string,
+func (r *ApiServerConfigReconciler) loadOrCreateCA(ctx context.Context, refs client.Reader, cfg *v1alpha1.ApiServerConfig, secretName, commonName, userSecret string,
 	alg v1alpha1.KeyAlgorithm, validity time.Duration, now time.Time, res *pkiResult) (*pki.KeyPair, []byte, error) {
 	var ca *pki.KeyPair
 	var err error
 	if userSecret != "" {
-		if ca, err = readKeyPair(ctx, r.APIReader, cfg.Namespace, userSecret); err != nil {
+		if ca, err = readKeyPair(ctx, refs, cfg.Namespace, userSecret); err != nil {
 			return nil, nil, err
 		}
 		if ca == nil {

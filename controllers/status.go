@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,10 @@ import (
 // is a small pure function of them.
 type observations struct {
 	generation int64
+	// now is when the pass ran; stallAfter is how long an environment
+	// failure lasts before it stalls the object.
+	now        time.Time
+	stallAfter time.Duration
 	// masterCount is the desired number of apiservers.
 	masterCount int32
 	// invalid is set when the spec passed admission but cannot work.
@@ -21,6 +26,8 @@ type observations struct {
 	// stepErr is the first failed step, named by failedStep.
 	stepErr    error
 	failedStep string
+	// failure is the first environment failure the pass found, if any.
+	failure *envFailure
 	// etcdErr is set when an etcd server did not answer; etcdChecked tells
 	// whether etcd was probed at all in this pass.
 	etcdErr     error
@@ -30,8 +37,23 @@ type observations struct {
 	certsReady   bool
 	certsMessage string
 	// deployment is the apiserver Deployment as last read or applied; nil
-	// when it was not reached.
+	// when there is none.
 	deployment *appsv1.Deployment
+	// podsLeft counts the apiserver pods that exist, those shutting down
+	// included.
+	podsLeft int
+}
+
+// unobserved reports whether the pass stopped before it looked at what
+// condition type t reports: then the condition as last written stands.
+func (o observations) unobserved(t string) bool {
+	switch t {
+	case v1alpha1.ConditionCertificatesReady:
+		return !o.certsReady
+	case v1alpha1.ConditionEtcdAvailable:
+		return !o.etcdChecked
+	}
+	return false
 }
 
 func condition(t string, ok bool, reason, message string, generation int64) metav1.Condition {
@@ -54,17 +76,25 @@ func rolloutDone(d *appsv1.Deployment) bool {
 		s.ReadyReplicas == want && s.AvailableReplicas == want
 }
 
-func readyReplicas(d *appsv1.Deployment) int32 {
+// readyReplicas are the ready apiservers, never more than desired: during
+// a surge the Deployment briefly counts one more.
+func readyReplicas(d *appsv1.Deployment, desired int32) int32 {
 	if d == nil {
 		return 0
 	}
-	return d.Status.ReadyReplicas
+	return min(d.Status.ReadyReplicas, desired)
 }
 
-// stalledCondition is True when only a spec change can help.
+// stalledCondition is True when only a change of the spec or of the
+// environment can help: an invalid spec, or an environment failure that
+// lasted the grace period.
 func stalledCondition(o observations) metav1.Condition {
-	if o.invalid != nil {
+	switch {
+	case o.invalid != nil:
 		return condition(v1alpha1.ConditionStalled, true, v1alpha1.ReasonInvalidSpec, o.invalid.Error(), o.generation)
+	case o.failure.stalled(o.now, o.stallAfter):
+		return condition(v1alpha1.ConditionStalled, true, o.failure.reason,
+			fmt.Sprintf("%s (for %s)", o.failure.message, o.now.Sub(o.failure.since).Truncate(time.Second)), o.generation)
 	}
 	return condition(v1alpha1.ConditionStalled, false, v1alpha1.ReasonReconciled, "", o.generation)
 }
@@ -91,7 +121,7 @@ func certificatesCondition(o observations) metav1.Condition {
 
 // availableCondition is True when at least one apiserver serves.
 func availableCondition(o observations) metav1.Condition {
-	switch ready := readyReplicas(o.deployment); {
+	switch ready := readyReplicas(o.deployment, max(o.masterCount, 1)); {
 	case o.masterCount == 0:
 		return condition(v1alpha1.ConditionAvailable, false, v1alpha1.ReasonHibernated, "masterCount is 0: no apiserver runs", o.generation)
 	case ready > 0:
@@ -101,62 +131,78 @@ func availableCondition(o observations) metav1.Condition {
 	}
 }
 
+// rolloutMessage says how far the apiservers are, counts capped at the
+// desired number.
+func rolloutMessage(o observations) string {
+	d := o.deployment
+	if d == nil {
+		return fmt.Sprintf("0 of %d apiservers ready", o.masterCount)
+	}
+	ready := readyReplicas(d, o.masterCount)
+	updated := min(d.Status.UpdatedReplicas, o.masterCount)
+	if updated == o.masterCount || d.Status.ObservedGeneration < d.Generation {
+		return fmt.Sprintf("%d of %d apiservers ready", ready, o.masterCount)
+	}
+	return fmt.Sprintf("%d of %d apiservers ready, %d of %d on the current configuration", ready, o.masterCount, updated, o.masterCount)
+}
+
 // progressingCondition is True while a rollout or scaling is under way.
 func progressingCondition(o observations) metav1.Condition {
 	if o.deployment != nil && !rolloutDone(o.deployment) {
-		d := o.deployment
-		return condition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonProgressing,
-			fmt.Sprintf("Rolling out: %d updated, %d ready of %d", d.Status.UpdatedReplicas, d.Status.ReadyReplicas, *d.Spec.Replicas), o.generation)
+		return condition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonProgressing, "Rolling out: "+rolloutMessage(o), o.generation)
 	}
 	return condition(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonReconciled, "", o.generation)
 }
 
-// degradedCondition is True when a step fails, or when the apiservers'
-// rollout stopped making progress (its deadline passed: pods crash or do
-// not schedule).
+// degradedCondition is True when a step fails or an environment failure
+// holds (since when it holds is its lastTransitionTime), the apiservers'
+// rollout that stopped progressing among them.
 func degradedCondition(o observations) metav1.Condition {
 	if o.stepErr != nil {
 		return condition(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonReconcileError, fmt.Sprintf("%s: %v", o.failedStep, o.stepErr), o.generation)
 	}
-	if o.deployment != nil {
-		for _, c := range o.deployment.Status.Conditions {
-			if c.Type == appsv1.DeploymentProgressing && c.Status == "False" && c.Reason == "ProgressDeadlineExceeded" {
-				return condition(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonReplicasNotReady,
-					fmt.Sprintf("%d of %d apiservers ready and the rollout stopped progressing: %s", readyReplicas(o.deployment), o.masterCount, c.Message), o.generation)
-			}
-		}
+	if o.failure != nil {
+		c := condition(v1alpha1.ConditionDegraded, true, o.failure.reason, o.failure.message, o.generation)
+		c.LastTransitionTime = metav1.NewTime(o.failure.since)
+		return c
 	}
 	return condition(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonReconciled, "", o.generation)
 }
 
 // readyCondition is True when the control plane is as the spec says:
 // every apiserver ready on the current template, etcd reachable,
-// certificates current; or hibernated on purpose.
+// certificates current; or hibernated on purpose, with no apiserver pod
+// left.
 func readyCondition(o observations) metav1.Condition {
-	var why []string
 	switch {
 	case o.invalid != nil:
 		return condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, o.invalid.Error(), o.generation)
 	case o.stepErr != nil:
 		return condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonReconcileError, fmt.Sprintf("%s: %v", o.failedStep, o.stepErr), o.generation)
 	}
-	if o.etcdErr != nil {
+	var why []string
+	reason := v1alpha1.ReasonProgressing
+	if o.failure != nil {
+		why = append(why, o.failure.message)
+		reason = o.failure.reason
+	} else if o.etcdErr != nil {
 		why = append(why, "etcd unreachable")
+		reason = v1alpha1.ReasonEtcdUnreachable
 	}
-	if !o.certsReady {
+	if !o.certsReady && len(why) == 0 {
 		why = append(why, "certificates not issued")
 	}
-	if o.masterCount == 0 && len(why) == 0 {
-		return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonHibernated, "Hibernated: masterCount is 0, certificates and data are kept", o.generation)
-	}
-	if o.masterCount > 0 && !rolloutDone(o.deployment) {
-		why = append(why, fmt.Sprintf("%d of %d apiservers ready", readyReplicas(o.deployment), o.masterCount))
+	if o.masterCount == 0 {
+		if len(why) == 0 && o.podsLeft == 0 {
+			return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonHibernated, "Hibernated: masterCount is 0, certificates and data are kept", o.generation)
+		}
+		if o.podsLeft > 0 {
+			why = append(why, fmt.Sprintf("hibernating: %d apiserver pods still running", o.podsLeft))
+		}
+	} else if !rolloutDone(o.deployment) {
+		why = append(why, rolloutMessage(o))
 	}
 	if len(why) > 0 {
-		reason := v1alpha1.ReasonProgressing
-		if o.etcdErr != nil {
-			reason = v1alpha1.ReasonEtcdUnreachable
-		}
 		return condition(v1alpha1.ConditionReady, false, reason, strings.Join(why, "; "), o.generation)
 	}
 	return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonReconciled, fmt.Sprintf("%d apiservers ready", o.masterCount), o.generation)
@@ -166,7 +212,7 @@ func readyCondition(o observations) metav1.Condition {
 // not stalled (kstatus: abnormal-true).
 func reconcilingCondition(o observations) metav1.Condition {
 	ready := readyCondition(o)
-	if ready.Status == metav1.ConditionTrue || o.invalid != nil {
+	if ready.Status == metav1.ConditionTrue || stalledCondition(o).Status == metav1.ConditionTrue {
 		return condition(v1alpha1.ConditionReconciling, false, v1alpha1.ReasonReconciled, "", o.generation)
 	}
 	return condition(v1alpha1.ConditionReconciling, true, ready.Reason, ready.Message, o.generation)

@@ -2,12 +2,36 @@ package controllers
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
+
+// kstatusOf is what GitOps tools (Flux, Argo CD's kstatus users) compute
+// for cfg.
+func kstatusOf(t *testing.T, cfg *v1alpha1.ApiServerConfig) *kstatus.Result {
+	t.Helper()
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := kstatus.Compute(&unstructured.Unstructured{Object: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
 
 // deployment is a Deployment with want replicas of which ready are ready,
 // on its current template when current is true.
@@ -22,48 +46,84 @@ func deployment(want, ready int32, current bool) *appsv1.Deployment {
 }
 
 func TestConditions(t *testing.T) {
-	healthy := observations{generation: 3, masterCount: 3, etcdChecked: true, certsReady: true, deployment: deployment(3, 3, true)}
+	now := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	healthy := observations{generation: 3, masterCount: 3, etcdChecked: true, certsReady: true, deployment: deployment(3, 3, true),
+		now: now, stallAfter: DefaultStallAfter, podsLeft: 3}
+	failing := func(reason string, since time.Duration) *envFailure {
+		return &envFailure{reason: reason, message: "the cause", since: now.Add(-since)}
+	}
 	type want map[string]string // condition type -> "Status/Reason"
 	cases := []struct {
 		name string
 		mod  func(o *observations)
 		want want
+		// kstatus is what GitOps tools compute; message, when set, is a
+		// part of Ready's message.
+		kstatus kstatus.Status
+		message string
 	}{{
 		name: "converged",
 		mod:  func(*observations) {},
 		want: want{"Ready": "True/Reconciled", "Reconciling": "False/Reconciled", "Stalled": "False/Reconciled", "Available": "True/Reconciled",
 			"Progressing": "False/Reconciled", "Degraded": "False/Reconciled", "EtcdAvailable": "True/EtcdReachable", "CertificatesReady": "True/CertificatesIssued"},
+		kstatus: kstatus.CurrentStatus,
 	}, {
-		name: "rolling out",
-		mod:  func(o *observations) { o.deployment = deployment(3, 2, false) },
-		want: want{"Ready": "False/Progressing", "Reconciling": "True/Progressing", "Available": "True/Reconciled", "Progressing": "True/Progressing", "Degraded": "False/Reconciled"},
+		name:    "rolling out",
+		mod:     func(o *observations) { o.deployment = deployment(3, 2, false) },
+		want:    want{"Ready": "False/Progressing", "Reconciling": "True/Progressing", "Available": "True/Reconciled", "Progressing": "True/Progressing", "Degraded": "False/Reconciled"},
+		kstatus: kstatus.InProgressStatus, message: "2 of 3 apiservers ready",
 	}, {
-		name: "no apiserver ready yet",
-		mod:  func(o *observations) { o.deployment = deployment(3, 0, true) },
-		want: want{"Ready": "False/Progressing", "Available": "False/ReplicasNotReady", "Reconciling": "True/Progressing"},
+		name: "a surge never counts more apiservers than wanted",
+		mod: func(o *observations) {
+			o.deployment = deployment(3, 3, true)
+			o.deployment.Status.ReadyReplicas, o.deployment.Status.Replicas, o.deployment.Status.UpdatedReplicas = 4, 4, 2
+		},
+		want:    want{"Ready": "False/Progressing", "Available": "True/Reconciled"},
+		kstatus: kstatus.InProgressStatus, message: "3 of 3 apiservers ready, 2 of 3 on the current configuration",
+	}, {
+		name:    "no apiserver ready yet",
+		mod:     func(o *observations) { o.deployment = deployment(3, 0, true) },
+		want:    want{"Ready": "False/Progressing", "Available": "False/ReplicasNotReady", "Reconciling": "True/Progressing"},
+		kstatus: kstatus.InProgressStatus, message: "0 of 3 apiservers ready",
 	}, {
 		name: "rollout stuck",
 		mod: func(o *observations) {
 			o.deployment = deployment(3, 1, true)
-			o.deployment.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: "False", Reason: "ProgressDeadlineExceeded"}}
+			o.deployment.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: "False", Reason: "ProgressDeadlineExceeded",
+				Message: `ReplicaSet "t-apiserver-5d" has timed out progressing.`, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
+			o.failure = rolloutFailure(o.deployment)
 		},
-		want: want{"Ready": "False/Progressing", "Degraded": "True/ReplicasNotReady", "Available": "True/Reconciled"},
+		want:    want{"Ready": "False/ReplicasNotReady", "Degraded": "True/ReplicasNotReady", "Available": "True/Reconciled", "Stalled": "True/ReplicasNotReady"},
+		kstatus: kstatus.FailedStatus, message: `The apiservers' rollout stopped progressing: ReplicaSet "t-apiserver-5d" has timed out progressing; 1 of 3 apiservers ready`,
 	}, {
-		name: "invalid spec stalls and does not pretend to reconcile",
-		mod:  func(o *observations) { o.invalid = errors.New("spec.extraArgs[0].name: unknown flag") },
-		want: want{"Ready": "False/InvalidSpec", "Stalled": "True/InvalidSpec", "Reconciling": "False/Reconciled"},
+		name:    "invalid spec stalls and does not pretend to reconcile",
+		mod:     func(o *observations) { o.invalid = errors.New("spec.extraArgs[0].name: unknown flag") },
+		want:    want{"Ready": "False/InvalidSpec", "Stalled": "True/InvalidSpec", "Reconciling": "False/Reconciled"},
+		kstatus: kstatus.FailedStatus,
 	}, {
-		name: "a failed step degrades",
-		mod:  func(o *observations) { o.stepErr, o.failedStep = errors.New("conflict"), "Deployment" },
-		want: want{"Ready": "False/ReconcileError", "Degraded": "True/ReconcileError", "Reconciling": "True/ReconcileError"},
+		name:    "a failed step degrades",
+		mod:     func(o *observations) { o.stepErr, o.failedStep = errors.New("conflict"), "Deployment" },
+		want:    want{"Ready": "False/ReconcileError", "Degraded": "True/ReconcileError", "Reconciling": "True/ReconcileError"},
+		kstatus: kstatus.InProgressStatus,
 	}, {
-		name: "etcd unreachable",
-		mod:  func(o *observations) { o.etcdErr = errors.New("etcd https://e:2379 did not answer") },
-		want: want{"Ready": "False/EtcdUnreachable", "EtcdAvailable": "False/EtcdUnreachable"},
+		name:    "etcd unreachable",
+		mod:     func(o *observations) { o.etcdErr = errors.New("etcd https://e:2379 did not answer") },
+		want:    want{"Ready": "False/EtcdUnreachable", "EtcdAvailable": "False/EtcdUnreachable"},
+		kstatus: kstatus.InProgressStatus,
 	}, {
-		name: "hibernated is ready on purpose",
-		mod:  func(o *observations) { o.masterCount = 0; o.deployment = deployment(0, 0, true) },
-		want: want{"Ready": "True/Hibernated", "Available": "False/Hibernated", "Reconciling": "False/Reconciled"},
+		name:    "hibernated is ready on purpose",
+		mod:     func(o *observations) { o.masterCount = 0; o.deployment = deployment(0, 0, true); o.podsLeft = 0 },
+		want:    want{"Ready": "True/Hibernated", "Available": "False/Hibernated", "Reconciling": "False/Reconciled"},
+		kstatus: kstatus.CurrentStatus,
+	}, {
+		name: "hibernating is not ready while an apiserver pod is left",
+		mod: func(o *observations) {
+			o.masterCount = 0
+			o.deployment = deployment(0, 0, true)
+			o.podsLeft = 1
+		},
+		want:    want{"Ready": "False/Progressing", "Reconciling": "True/Progressing"},
+		kstatus: kstatus.InProgressStatus, message: "hibernating: 1 apiserver pods still running",
 	}, {
 		name: "hibernated with etcd down is not ready",
 		mod: func(o *observations) {
@@ -71,7 +131,32 @@ func TestConditions(t *testing.T) {
 			o.deployment = deployment(0, 0, true)
 			o.etcdErr = errors.New("down")
 		},
-		want: want{"Ready": "False/EtcdUnreachable"},
+		want:    want{"Ready": "False/EtcdUnreachable"},
+		kstatus: kstatus.InProgressStatus,
+	}, {
+		name: "an environment failure within its grace period is in progress",
+		mod: func(o *observations) {
+			o.failure = failing(v1alpha1.ReasonPodUnschedulable, DefaultStallAfter-time.Second)
+			o.deployment = deployment(3, 2, false)
+		},
+		want:    want{"Ready": "False/PodUnschedulable", "Stalled": "False/Reconciled", "Reconciling": "True/PodUnschedulable", "Degraded": "True/PodUnschedulable"},
+		kstatus: kstatus.InProgressStatus, message: "the cause; 2 of 3 apiservers ready",
+	}, {
+		name: "an environment failure past its grace period stalls",
+		mod: func(o *observations) {
+			o.failure = failing(v1alpha1.ReasonReferenceMissing, DefaultStallAfter)
+			o.certsReady, o.etcdChecked = false, false
+		},
+		want:    want{"Ready": "False/ReferenceMissing", "Stalled": "True/ReferenceMissing", "Reconciling": "False/Reconciled", "Degraded": "True/ReferenceMissing"},
+		kstatus: kstatus.FailedStatus, message: "the cause",
+	}, {
+		name: "etcd unreachable past the grace period stalls, and says since when",
+		mod: func(o *observations) {
+			o.etcdErr = errors.New("etcd https://e:2379 did not answer")
+			o.failure = failing(v1alpha1.ReasonEtcdUnreachable, time.Hour)
+		},
+		want:    want{"Ready": "False/EtcdUnreachable", "Stalled": "True/EtcdUnreachable", "EtcdAvailable": "False/EtcdUnreachable"},
+		kstatus: kstatus.FailedStatus,
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,9 +175,116 @@ func TestConditions(t *testing.T) {
 					t.Errorf("%s is %s, want %s", typ, got[typ], w)
 				}
 			}
+			ready := meta.FindStatusCondition(conditions(o), v1alpha1.ConditionReady)
+			if !strings.Contains(ready.Message, tc.message) {
+				t.Errorf("Ready says %q, want it to say %q", ready.Message, tc.message)
+			}
+			if o.failure != nil {
+				if d := meta.FindStatusCondition(conditions(o), v1alpha1.ConditionDegraded); !d.LastTransitionTime.Time.Equal(o.failure.since) {
+					t.Errorf("Degraded's lastTransitionTime is %s, want the failure's start %s", d.LastTransitionTime, o.failure.since)
+				}
+			}
+			cfg := &v1alpha1.ApiServerConfig{ObjectMeta: metav1.ObjectMeta{Name: "t", Generation: o.generation}}
+			cfg.Status.ObservedGeneration = o.generation
+			cfg.Status.Conditions = conditions(o)
+			if res := kstatusOf(t, cfg); res.Status != tc.kstatus {
+				t.Errorf("kstatus computes %s (%s), want %s", res.Status, res.Message, tc.kstatus)
+			}
 		})
 	}
 	if len(conditions(healthy)) != 8 {
 		t.Fatalf("want the 8 documented condition types, got %d", len(conditions(healthy)))
+	}
+}
+
+func TestKstatusBeforeTheFirstStatus(t *testing.T) {
+	// A new object reads observedGeneration 0 (the CRD's default) until
+	// the operator's first status: in progress, never healthy.
+	cfg := &v1alpha1.ApiServerConfig{ObjectMeta: metav1.ObjectMeta{Name: "t", Generation: 1}}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u, int64(0), "status", "observedGeneration"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := kstatus.Compute(&unstructured.Unstructured{Object: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != kstatus.InProgressStatus {
+		t.Fatalf("kstatus computes %s for a new object, want InProgress", res.Status)
+	}
+}
+
+func pod(name string, mod func(p *corev1.Pod)) corev1.Pod {
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC))}}
+	mod(&p)
+	return p
+}
+
+func TestPodFailure(t *testing.T) {
+	notReadySince := metav1.NewTime(time.Date(2026, 11, 23, 5, 10, 0, 0, time.UTC))
+	notReady := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: notReadySince}
+	waiting := func(reason, message string) func(p *corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{notReady}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "kube-apiserver", Image: "r/kube-apiserver:v1.37.1", RestartCount: 4,
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1,
+					Message: "I1123 starting\nE1123 error line one\n\nF1123 failed to reach etcd\n"}}}}
+		}
+	}
+	cases := []struct {
+		name   string
+		pods   []corev1.Pod
+		reason string
+		since  time.Time
+		says   string
+	}{{
+		name: "running and starting pods are no failure",
+		pods: []corev1.Pod{pod("a", func(*corev1.Pod) {}), pod("b", waiting("ContainerCreating", ""))},
+	}, {
+		name: "unschedulable, since the scheduler said so",
+		pods: []corev1.Pod{pod("a", func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+				Message: "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.", LastTransitionTime: notReadySince}}
+		})},
+		reason: v1alpha1.ReasonPodUnschedulable, since: notReadySince.Time, says: "Pod a cannot be scheduled: 0/1 nodes are available",
+	}, {
+		name:   "image pull",
+		pods:   []corev1.Pod{pod("a", waiting("ImagePullBackOff", "Back-off pulling image"))},
+		reason: v1alpha1.ReasonImagePullFailed, since: notReadySince.Time, says: "Pod a cannot pull image r/kube-apiserver:v1.37.1: ImagePullBackOff: Back-off pulling image",
+	}, {
+		name:   "crash loop, with the end of the log",
+		pods:   []corev1.Pod{pod("a", waiting("CrashLoopBackOff", "back-off 40s"))},
+		reason: v1alpha1.ReasonCrashLoop, since: notReadySince.Time,
+		says: "Pod a: container kube-apiserver is in CrashLoopBackOff (restarted 4 times); it last exited with code 1: " +
+			"I1123 starting | E1123 error line one | F1123 failed to reach etcd",
+	}, {
+		name: "a pod being deleted does not count; the first by name does",
+		pods: []corev1.Pod{
+			pod("c", waiting("ErrImagePull", "")),
+			pod("a", func(p *corev1.Pod) { waiting("CrashLoopBackOff", "")(p); p.DeletionTimestamp = &notReadySince }),
+			pod("b", waiting("CreateContainerConfigError", `secret "x" not found`)),
+		},
+		reason: v1alpha1.ReasonCrashLoop, since: notReadySince.Time, says: "Pod b: container kube-apiserver is in CreateContainerConfigError",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := podFailure(tc.pods)
+			if tc.reason == "" {
+				if f != nil {
+					t.Fatalf("failure %+v, want none", f)
+				}
+				return
+			}
+			if f == nil {
+				t.Fatalf("no failure, want %s", tc.reason)
+			}
+			if f.reason != tc.reason || !f.since.Equal(tc.since) || !strings.Contains(f.message, tc.says) {
+				t.Fatalf("failure %s since %s: %q; want %s since %s saying %q", f.reason, f.since, f.message, tc.reason, tc.since, tc.says)
+			}
+		})
 	}
 }

@@ -803,7 +803,11 @@ type ExtraArg struct {
 
 // ApiServerConfigStatus is the observed state of an ApiServerConfig.
 type ApiServerConfigStatus struct {
-	// ObservedGeneration is the generation last reconciled successfully.
+	// ObservedGeneration is the generation the conditions describe. It is
+	// 0 until the operator first looked at the object, so that GitOps tools
+	// (kstatus) read a new object as in progress, not as healthy; Ready says
+	// whether that generation is in place.
+	// +kubebuilder:default=0
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
@@ -942,6 +946,9 @@ type ApiServerConfig struct {
 	// +required
 	Spec ApiServerConfigSpec `json:"spec"`
 
+	// Status is the observed state of the ApiServerConfig. It is defaulted,
+	// so that observedGeneration reads 0 until the operator's first status.
+	// +kubebuilder:default={}
 	// +optional
 	Status ApiServerConfigStatus `json:"status,omitempty"`
 }

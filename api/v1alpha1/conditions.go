@@ -11,7 +11,12 @@ const (
 	// desired state (abnormal-true: absent or False when converged).
 	ConditionReconciling = "Reconciling"
 	// ConditionStalled is True when the operator cannot make progress
-	// without a change to the spec or the environment (abnormal-true).
+	// without a change to the spec or the environment (abnormal-true): an
+	// invalid spec at once; an environment failure (a referenced Secret or
+	// ConfigMap missing, etcd unreachable, apiserver pods that cannot be
+	// scheduled, pull their image or stay up) once it has lasted the
+	// operator's grace period (--stall-after, DefaultStallAfter). It clears
+	// by itself when the cause goes away.
 	ConditionStalled = "Stalled"
 	// ConditionCertificatesReady is True when every certificate exists and
 	// is within its renewal window.
@@ -25,7 +30,8 @@ const (
 	// ConditionProgressing is True while a rollout is under way.
 	ConditionProgressing = "Progressing"
 	// ConditionDegraded is True when the control plane serves with less
-	// than it should (fewer ready replicas, a failing rotation).
+	// than it should or a step fails: its reason names the cause and its
+	// lastTransitionTime says since when that cause holds.
 	ConditionDegraded = "Degraded"
 )
 
@@ -63,4 +69,14 @@ const (
 	ReasonReplicasNotReady = "ReplicasNotReady"
 	// ReasonReconcileError: a step failed and is retried with backoff.
 	ReasonReconcileError = "ReconcileError"
+	// ReasonReferenceMissing: a Secret or ConfigMap the spec names, or one
+	// of its keys, does not exist.
+	ReasonReferenceMissing = "ReferenceMissing"
+	// ReasonPodUnschedulable: an apiserver pod cannot be scheduled.
+	ReasonPodUnschedulable = "PodUnschedulable"
+	// ReasonImagePullFailed: an apiserver pod cannot pull its image.
+	ReasonImagePullFailed = "ImagePullFailed"
+	// ReasonCrashLoop: an apiserver container keeps exiting, or cannot be
+	// created.
+	ReasonCrashLoop = "CrashLoop"
 )

@@ -1,0 +1,70 @@
+package apiserver
+
+import (
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+// Kinds of the objects a spec may reference.
+const (
+	KindSecret    = "Secret"
+	KindConfigMap = "ConfigMap"
+)
+
+// Reference is an object of the user's, in the ApiServerConfig's namespace,
+// that a spec names: the operator reads it or mounts it into the pods, so
+// it must exist with its keys before the apiservers can start.
+type Reference struct {
+	// Kind is KindSecret or KindConfigMap.
+	Kind string
+	Name string
+	// Keys must be present and not empty.
+	Keys []string
+	// Field is the spec field that names the object, for messages.
+	Field string
+}
+
+// References are the objects spec names, in a fixed order.
+func References(spec *v1alpha1.ApiServerConfigSpec) []Reference {
+	var refs []Reference
+	if t := spec.Etcd.TLS; t != nil {
+		refs = append(refs, Reference{Kind: KindSecret, Name: t.SecretName, Field: "spec.etcd.tls.secretName",
+			Keys: dedupe(orDefault(t.CAKey, "ca.crt"), orDefault(t.CertKey, "tls.crt"), orDefault(t.KeyKey, "tls.key"))})
+	}
+	if name := spec.Certificates.CASecretName; name != "" {
+		refs = append(refs, Reference{Kind: KindSecret, Name: name, Field: "spec.certificates.caSecretName", Keys: []string{"tls.crt", "tls.key"}})
+	}
+	if o := spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" {
+		refs = append(refs, Reference{Kind: KindConfigMap, Name: o.CAConfigMapName, Field: "spec.authentication.oidc.caConfigMapName", Keys: []string{"ca.crt"}})
+	}
+	if w := spec.Authorization.Webhook; w != nil {
+		refs = append(refs, Reference{Kind: KindSecret, Name: w.KubeconfigSecretName, Field: "spec.authorization.webhook.kubeconfigSecretName", Keys: []string{"kubeconfig"}})
+	}
+	if name := spec.Audit.PolicyConfigMapName; name != "" {
+		refs = append(refs, Reference{Kind: KindConfigMap, Name: name, Field: "spec.audit.policyConfigMapName", Keys: []string{"policy.yaml"}})
+	}
+	if e := spec.Encryption; e != nil && e.ConfigSecretName != "" {
+		refs = append(refs, Reference{Kind: KindSecret, Name: e.ConfigSecretName, Field: "spec.encryption.configSecretName", Keys: []string{EncryptionConfigKey}})
+	}
+	return refs
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func dedupe(keys ...string) []string {
+	var out []string
+	for _, k := range keys {
+		seen := false
+		for _, o := range out {
+			seen = seen || o == k
+		}
+		if !seen {
+			out = append(out, k)
+		}
+	}
+	return out
+}
