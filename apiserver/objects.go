@@ -50,6 +50,48 @@ func EncryptionSecretName(name string) string       { return name + "-encryption
 func ConfigMapName(name string) string              { return name + "-apiserver-config" }
 func DeploymentName(name string) string             { return name + "-apiserver" }
 
+// Owned is an object the operator creates for an ApiServerConfig.
+type Owned struct {
+	// Kind is Secret, ConfigMap, Service, Deployment or
+	// PodDisruptionBudget.
+	Kind string
+	Name string
+	// Retainable objects outlive the ApiServerConfig with pkiRetention
+	// Retain: the CAs and the service-account key, without which a tenant
+	// created again could not trust or verify what the old one issued.
+	Retainable bool
+}
+
+// OwnedObjects are every object the operator may create for the
+// ApiServerConfig name, the workload first (the order deletion follows).
+func OwnedObjects(name string) []Owned {
+	return []Owned{
+		{Kind: "PodDisruptionBudget", Name: DeploymentName(name)},
+		{Kind: "Deployment", Name: DeploymentName(name)},
+		{Kind: "Service", Name: ServiceName(name)},
+		{Kind: KindConfigMap, Name: ConfigMapName(name)},
+		{Kind: KindSecret, Name: ServingSecretName(name)},
+		{Kind: KindSecret, Name: KubeletClientSecretName(name)},
+		{Kind: KindSecret, Name: FrontProxyClientSecretName(name)},
+		{Kind: KindSecret, Name: AdminKubeconfigSecretName(name)},
+		{Kind: KindSecret, Name: EncryptionSecretName(name)},
+		{Kind: KindSecret, Name: CASecretName(name), Retainable: true},
+		{Kind: KindSecret, Name: FrontProxyCASecretName(name), Retainable: true},
+		{Kind: KindSecret, Name: ServiceAccountSecretName(name), Retainable: true},
+	}
+}
+
+// Retainable reports whether the Secret secret of the ApiServerConfig name
+// outlives it with pkiRetention Retain.
+func Retainable(name, secret string) bool {
+	for _, o := range OwnedObjects(name) {
+		if o.Kind == KindSecret && o.Name == secret {
+			return o.Retainable
+		}
+	}
+	return false
+}
+
 // Keys in the Secrets and ConfigMaps the operator writes.
 const (
 	// CABundleKey holds the CAs clients trust: the current one, and the old

@@ -11,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -84,6 +86,34 @@ func (e EtcdV3) Count(ctx context.Context, endpoints []string, tlsConfig *tls.Co
 		counts[i] = resp.Count
 	}
 	return counts, nil
+}
+
+// etcdAccess is how the operator and the pods reach etcd: the client TLS
+// configuration and the files the pods mount (nil without TLS).
+type etcdAccess struct {
+	tls   *tls.Config
+	files map[string][]byte
+}
+
+// reconcileEtcd checks that every etcd server answers. An unreachable one
+// is an environment failure: the pass goes on (nothing it applies needs
+// etcd) and looks again soon.
+func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) error {
+	var err error
+	if p.etcd.tls, p.etcd.files, err = etcdTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
+		return err
+	}
+	if r.Etcd == nil {
+		return nil
+	}
+	p.obs.etcdChecked = true
+	if p.obs.etcdErr = r.Etcd.Check(ctx, etcdEndpoints(&p.c.Spec.Etcd), p.etcd.tls); p.obs.etcdErr != nil {
+		ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", p.obs.etcdErr.Error())
+		p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdUnreachable, message: p.obs.etcdErr.Error(),
+			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdUnreachable, p.now)}
+		p.requeueWithin(etcdRetryInterval)
+	}
+	return nil
 }
 
 // etcdTLS builds the client TLS configuration from spec.etcd.tls's Secret;

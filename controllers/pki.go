@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,9 +33,26 @@ type pkiResult struct {
 	trustedCAs []*x509.Certificate
 }
 
+// reconcilePKI finds what certificates exist and are current, and issues
+// what is missing or due; the Secrets are applied after the rotations had
+// their say.
+func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, p *pass) error {
+	res, err := r.issuePKI(ctx, p.cfg, p.c, p.refs, p.now)
+	if err != nil {
+		return err
+	}
+	if len(res.issued) > 0 {
+		r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonCertificatesIssued, "IssueCertificates", "Issued %s", strings.Join(res.issued, ", "))
+	}
+	p.pki = res
+	p.cfg.Status.Certificates = res.certificates
+	recordCertificateExpiry(p.cfg, res.certificates)
+	return nil
+}
+
 // reconcilePKI keeps what exists and is still good, and issues the rest. A
 // CA that exists is never regenerated: a lost CA breaks every client.
-func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, refs client.Reader, now time.Time) (*pkiResult, error) {
+func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, refs client.Reader, now time.Time) (*pkiResult, error) {
 	certs := c.Spec.Certificates
 	alg := certs.KeyAlgorithm
 	validity, caValidity := certs.Validity.Duration, certs.CAValidity.Duration

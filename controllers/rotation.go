@@ -1,13 +1,16 @@
 package controllers
 
 import (
+	"context"
 	"crypto"
 	"crypto/x509"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
@@ -57,6 +60,41 @@ type rotationResult struct {
 	// wakeAt is when the rotation may move without any event: the end of
 	// a wait; zero when only a rollout or a request can move it.
 	wakeAt time.Time
+}
+
+// reconcileRotations moves the CA and service-account key rotations, one
+// phase at a time and only once the pods run what the previous phase
+// published, then renders what the pods will run: their flags, Secrets and
+// the hash that rolls them when a file they read only at start changes.
+func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *pass) error {
+	var err error
+	if p.args, err = apiserver.Args(p.c); err != nil {
+		return err
+	}
+	hash, err := p.podHash()
+	if err != nil {
+		return err
+	}
+	rolledOut := rolloutDone(p.current) && p.current.Spec.Template.Annotations[apiserver.ConfigHashAnnotation] == hash
+	wait, err := r.rotate(ctx, p.cfg, p.c, p.pki, p.now, rolledOut)
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		p.requeueWithin(wait)
+	}
+	p.configHash, err = p.podHash()
+	return err
+}
+
+// podHash renders the PKI Secrets as they stand and hashes the flags and
+// every file the pods read.
+func (p *pass) podHash() (string, error) {
+	var err error
+	if p.secrets, err = apiserver.DesiredPKISecrets(p.c, p.pki.secrets); err != nil {
+		return "", err
+	}
+	return apiserver.ConfigHash(p.args, apiserver.PodFiles(p.c, p.secrets, p.configMap, p.encryption, p.etcd.files)), nil
 }
 
 func loadRotation(s *corev1.Secret) (pki.RotationState, string, error) {
@@ -254,4 +292,49 @@ func rotateCA(in rotationInputs, p *pkiResult) (rotationResult, error) {
 		res.wakeAt = pki.RenewAt(signer, certs.RenewalPercent)
 	}
 	return res, nil
+}
+
+// rotate advances the CA and service-account key rotations and reports
+// their phases in status. It returns how soon to come back for them: at
+// once after an action (the leaves of a new CA are issued by the next
+// pass), at the end of a wait, or 0 when only the Deployment's rollout,
+// which its watch reports, can move them.
+func (r *ApiServerConfigReconciler) rotate(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, p *pkiResult, now time.Time, rolledOut bool) (time.Duration, error) {
+	in := rotationInputs{cfg: cfg, c: c, now: now, rolloutComplete: rolledOut, existing: map[string]*corev1.Secret{},
+		caTrustPropagation: r.CATrustPropagation}
+	if in.caTrustPropagation == 0 {
+		in.caTrustPropagation = defaultCATrustPropagation
+	}
+	for _, name := range []string{apiserver.CASecretName(cfg.Name), apiserver.ServiceAccountSecretName(cfg.Name)} {
+		s := &corev1.Secret{}
+		if err := (ownSecrets{r}).Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: name}, s); err == nil {
+			in.existing[name] = s
+		} else if !apierrors.IsNotFound(err) {
+			return 0, fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, name, err)
+		}
+	}
+	ca, err := rotateCA(in, p)
+	if err != nil {
+		return 0, err
+	}
+	sa, err := rotateServiceAccountKey(in, p)
+	if err != nil {
+		return 0, err
+	}
+	cfg.Status.Rotations = []v1alpha1.RotationStatus{ca.status, sa.status}
+	for _, res := range []rotationResult{ca, sa} {
+		if len(res.actions) > 0 {
+			r.event(cfg, corev1.EventTypeNormal, "Rotation", "Rotate", "Rotation of the %s entered phase %s", res.status.Name, res.status.Phase)
+		}
+	}
+	if len(ca.actions)+len(sa.actions) > 0 {
+		return rotationRequeue, nil
+	}
+	var wait time.Duration
+	for _, at := range []time.Time{ca.wakeAt, sa.wakeAt} {
+		if !at.IsZero() {
+			wait = minPositive(wait, at.Sub(now))
+		}
+	}
+	return wait, nil
 }

@@ -1,0 +1,126 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// apply server-side applies obj with the operator's field owner, owned by
+// cfg when owned is true. It writes nothing when the object already holds
+// what was last applied and nobody changed it since. Either way obj ends up
+// as the cluster holds it.
+func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object, owned bool) error {
+	if owned {
+		if err := controllerutil.SetControllerReference(cfg, obj, r.Scheme); err != nil {
+			return fmt.Errorf("owning %T %s: %w", obj, obj.GetName(), err)
+		}
+	}
+	hash, err := objectHash(obj)
+	if err != nil {
+		return err
+	}
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[appliedHashAnnotation] = hash
+	obj.SetAnnotations(annotations)
+
+	key := appliedKey(obj)
+	existing, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("copying %T", obj)
+	}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing); err == nil {
+		last, seen := r.applied.Load(key)
+		if existing.GetAnnotations()[appliedHashAnnotation] == hash && seen && last == existing.GetResourceVersion() {
+			// obj becomes what the cluster holds, status included.
+			return r.Scheme.Convert(existing, obj, nil)
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading %T %s: %w", obj, obj.GetName(), err)
+	}
+
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return fmt.Errorf("converting %T %s: %w", obj, obj.GetName(), err)
+	}
+	delete(u, "status")
+	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
+	desired := &unstructured.Unstructured{Object: u}
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(apiserver.FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+	}
+	r.applied.Store(key, desired.GetResourceVersion())
+	// obj becomes the server's answer: the cache may not have it yet.
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(desired.Object, obj); err != nil {
+		return fmt.Errorf("reading back %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// appliedKey names obj in r.applied.
+func appliedKey(obj client.Object) string {
+	return fmt.Sprintf("%T/%s/%s", obj, obj.GetNamespace(), obj.GetName())
+}
+
+// ownSecrets reads the Secrets the operator writes (CAs, keys, certificates,
+// encryption keys) from the cache, unless the cache has not caught up with
+// the operator's last write of one: then from the API server. A pass that
+// trusted a lagging cache would find a CA or an encryption key missing or
+// old and issue another, replacing the one in use.
+type ownSecrets struct{ r *ApiServerConfigReconciler }
+
+func (o ownSecrets) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := o.r.Client.Get(ctx, key, obj, opts...)
+	obj.SetNamespace(key.Namespace)
+	obj.SetName(key.Name)
+	last, written := o.r.applied.Load(appliedKey(obj))
+	if !written || (err == nil && obj.GetResourceVersion() == last) {
+		return err
+	}
+	return o.r.APIReader.Get(ctx, key, obj, opts...)
+}
+
+func (o ownSecrets) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return o.r.Client.List(ctx, list, opts...)
+}
+
+// objectHash hashes the desired object as it will be applied.
+func objectHash(obj client.Object) (string, error) {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return "", fmt.Errorf("hashing %T %s: %w", obj, obj.GetName(), err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])[:32], nil
+}
+
+// deleteIfOwned deletes obj if it exists and cfg owns it.
+func (r *ApiServerConfigReconciler) deleteIfOwned(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(obj, cfg) {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,280 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// pass is one reconcile of one ApiServerConfig: what the steps found and
+// made, handed from each step to the next. Each step records in obs what
+// it observed, and the conditions are computed from obs alone.
+type pass struct {
+	cfg *v1alpha1.ApiServerConfig
+	// before is cfg as the pass found it, for the status patch.
+	before *v1alpha1.ApiServerConfig
+	now    time.Time
+	obs    observations
+
+	// in and c are the spec's completion: the only path to c is complete.
+	in apiserver.Inputs
+	c  *apiserver.Completed
+
+	// refs are the users' objects the spec names.
+	refs *referenced
+	// current is the apiserver Deployment as it runs (empty when there is
+	// none yet); pods are its pods.
+	current *appsv1.Deployment
+	pods    []corev1.Pod
+
+	pki       *pkiResult
+	etcd      etcdAccess
+	configMap *corev1.ConfigMap
+	// encryption is the operator's encryption Secret, nil without one.
+	encryption *corev1.Secret
+	args       []string
+	secrets    []*corev1.Secret
+	configHash string
+
+	// requeue is how soon to come back (0: only on an event).
+	requeue time.Duration
+	// done ends the pass without an error: a step found nothing more can
+	// be done until something changes.
+	done bool
+}
+
+// requeueWithin brings the next pass at most d from now.
+func (p *pass) requeueWithin(d time.Duration) { p.requeue = minPositive(p.requeue, d) }
+
+// complete completes the spec with what the pass knows so far. It is the
+// only caller of apiserver.Complete: the Service step calls it with the
+// Service's addresses, the sizing step again when the counts it sizes for
+// moved.
+func (p *pass) complete() error {
+	c, err := apiserver.Complete(p.cfg, p.in)
+	if err != nil {
+		p.obs.invalid = err
+		return reconcile.TerminalError(err)
+	}
+	p.c = c
+	return nil
+}
+
+// reconcileStep is one concern of a pass. The first error stops the pass;
+// so does setting p.done.
+type reconcileStep struct {
+	name string
+	run  func(ctx context.Context, p *pass) error
+}
+
+// steps are the concerns of a pass, in order: each needs what the ones
+// before it found.
+func (r *ApiServerConfigReconciler) steps() []reconcileStep {
+	return []reconcileStep{
+		{"Validate", r.validateSpec},
+		{"Workload", r.observeWorkload},
+		{"References", r.readReferences},
+		{"Service", r.reconcileService},
+		{"PKI", r.reconcilePKI},
+		{"Etcd", r.reconcileEtcd},
+		{"Sizing", r.reconcileSizing},
+		{"Config", r.reconcileConfig},
+		{"Rotation", r.reconcileRotations},
+		{"Secrets", r.applySecrets},
+		{"Deployment", r.reconcileDeployment},
+		{"PodDisruptionBudget", r.reconcileDisruptionBudget},
+		{"Status", r.reportApplied},
+	}
+}
+
+// Reconcile adds the finalizer, says that a new generation is being
+// reconciled, then runs the steps in order. Status is written once, at the
+// end, and only when it changed.
+func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	cfg := &v1alpha1.ApiServerConfig{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cfg); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.Delete(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	cfg = r.fresher(cfg)
+	if !cfg.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, cfg)
+	}
+	if err := r.addFinalizer(ctx, cfg); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err) // deleted meanwhile: nothing is left to do
+	}
+	if err := r.markReconciling(ctx, cfg); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	p := r.newPass(cfg)
+	defer func() {
+		var se *stepError
+		if errors.As(retErr, &se) {
+			p.obs.stepErr, p.obs.failedStep = se.err, se.step
+			reconcileErrors.WithLabelValues(se.step).Inc()
+		}
+		if err := r.writeStatus(ctx, p.before, cfg, p.obs); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("writing status: %w", err))
+		}
+		// An environment failure is looked at again when it would stall.
+		if f := p.obs.failure; retErr == nil && f != nil && !f.stalled(p.now, p.obs.stallAfter) {
+			result.RequeueAfter = minPositive(result.RequeueAfter, f.since.Add(p.obs.stallAfter).Sub(p.now)+time.Second)
+		}
+		r.trackTimeToReady(cfg, r.Clock.Now())
+	}()
+	for _, s := range r.steps() {
+		if err := s.run(ctx, p); err != nil {
+			if p.obs.invalid != nil {
+				return ctrl.Result{}, err // terminal: only an edit helps
+			}
+			return ctrl.Result{}, step(s.name, err)
+		}
+		if p.done {
+			break
+		}
+	}
+	return ctrl.Result{RequeueAfter: p.requeue}, nil
+}
+
+func (r *ApiServerConfigReconciler) newPass(cfg *v1alpha1.ApiServerConfig) *pass {
+	now := r.Clock.Now()
+	p := &pass{cfg: cfg, before: cfg.DeepCopy(), now: now, current: &appsv1.Deployment{},
+		obs: observations{generation: cfg.Generation, masterCount: 1, now: now, stallAfter: cmp.Or(r.StallAfter, DefaultStallAfter)}}
+	if cfg.Spec.MasterCount != nil {
+		p.obs.masterCount = *cfg.Spec.MasterCount
+	}
+	if s := cfg.Status.CacheSizing; s != nil {
+		p.in.ObservedNodes, p.in.ObservedPods = s.SizedForNodes, s.SizedForPods
+	}
+	return p
+}
+
+// addFinalizer holds cfg until the operator removed what it created; the
+// pass goes on with the object the patch returned.
+func (r *ApiServerConfigReconciler) addFinalizer(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
+	if controllerutil.ContainsFinalizer(cfg, Finalizer) {
+		return nil
+	}
+	patch := client.MergeFrom(cfg.DeepCopy())
+	previous := cfg.ResourceVersion
+	controllerutil.AddFinalizer(cfg, Finalizer)
+	if err := r.Client.Patch(ctx, cfg, patch); err != nil {
+		return err
+	}
+	r.remember(previous, cfg)
+	return nil
+}
+
+// validateSpec stalls a spec that passed the CRD's rules but not the checks
+// against the bundled binary (the webhook may be off) until it is edited.
+func (r *ApiServerConfigReconciler) validateSpec(_ context.Context, p *pass) error {
+	if errs, _ := apiserver.Validate(p.cfg); len(errs) > 0 {
+		p.obs.invalid = errs.ToAggregate()
+		r.event(p.cfg, corev1.EventTypeWarning, v1alpha1.ReasonInvalidSpec, "Validate", "%s", p.obs.invalid.Error())
+		return reconcile.TerminalError(p.obs.invalid)
+	}
+	return nil
+}
+
+// readReferences reads the users' Secrets and ConfigMaps the spec names:
+// without them nothing can start. A missing one is an environment failure
+// that ends the pass; their watch brings the object back when one is
+// created or fixed.
+func (r *ApiServerConfigReconciler) readReferences(ctx context.Context, p *pass) error {
+	refs, err := readReferences(ctx, r.APIReader, p.cfg)
+	if missing := (*missingReference)(nil); errors.As(err, &missing) {
+		p.obs.failure = &envFailure{reason: v1alpha1.ReasonReferenceMissing, message: missing.Error(),
+			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonReferenceMissing, p.now)}
+		p.done = true
+		return nil
+	}
+	p.refs = refs
+	return err
+}
+
+// markReconciling says at once, before any slow step, that the operator
+// works on a new generation of an object it has reported on: otherwise the
+// previous generation's conditions, Ready among them, would stand until the
+// pass ends. A new object needs no such write: its observedGeneration reads
+// 0 (a default of the CRD) until the operator's first status, which GitOps
+// tools read as in progress.
+func (r *ApiServerConfigReconciler) markReconciling(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
+	if cfg.Status.ObservedGeneration == cfg.Generation || len(cfg.Status.Conditions) == 0 {
+		return nil
+	}
+	before := cfg.DeepCopy()
+	msg := fmt.Sprintf("Reconciling generation %d", cfg.Generation)
+	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReconciling, true, v1alpha1.ReasonProgressing, msg, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonProgressing, msg, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionStalled, false, v1alpha1.ReasonProgressing, msg, cfg.Generation))
+	cfg.Status.ObservedGeneration = cfg.Generation
+	if err := r.Client.Status().Patch(ctx, cfg, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("marking generation %d as reconciling: %w", cfg.Generation, err))
+	}
+	r.remember(before.ResourceVersion, cfg)
+	return nil
+}
+
+// writeStatus computes the conditions and patches status when anything
+// changed; observedGeneration moves only on a successful pass.
+func (r *ApiServerConfigReconciler) writeStatus(ctx context.Context, before, cfg *v1alpha1.ApiServerConfig, obs observations) error {
+	oldReady := meta.FindStatusCondition(before.Status.Conditions, v1alpha1.ConditionReady)
+	for _, c := range conditions(obs) {
+		if obs.unobserved(c.Type) && meta.FindStatusCondition(cfg.Status.Conditions, c.Type) != nil {
+			continue // the pass stopped before looking: what was seen last stands
+		}
+		meta.SetStatusCondition(&cfg.Status.Conditions, c)
+		if !c.LastTransitionTime.IsZero() {
+			// The condition knows since when its cause holds.
+			meta.FindStatusCondition(cfg.Status.Conditions, c.Type).LastTransitionTime = c.LastTransitionTime
+		}
+	}
+	// The conditions describe this generation, whatever they say: kstatus
+	// reads Stalled only of an observed generation.
+	cfg.Status.ObservedGeneration = cfg.Generation
+	if apiequality.Semantic.DeepEqual(before.Status, cfg.Status) {
+		return nil
+	}
+	// An event marks each change of Ready, but not the Progressing a new
+	// object starts in: CertificatesIssued already says work began.
+	newReady := meta.FindStatusCondition(cfg.Status.Conditions, v1alpha1.ConditionReady)
+	initial := oldReady == nil && newReady != nil && newReady.Reason == v1alpha1.ReasonProgressing
+	if newReady != nil && !initial && (oldReady == nil || oldReady.Status != newReady.Status || oldReady.Reason != newReady.Reason) {
+		kind := corev1.EventTypeNormal
+		if newReady.Status != metav1.ConditionTrue && newReady.Reason != v1alpha1.ReasonProgressing {
+			kind = corev1.EventTypeWarning
+		}
+		r.event(cfg, kind, newReady.Reason, "Ready", "Ready is %s: %s", newReady.Status, newReady.Message)
+	}
+	if err := r.Client.Status().Patch(ctx, cfg, client.MergeFrom(before)); err != nil {
+		return err
+	}
+	r.remember(before.ResourceVersion, cfg)
+	return nil
+}
+
+func (r *ApiServerConfigReconciler) event(cfg *v1alpha1.ApiServerConfig, kind, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(cfg, nil, kind, reason, action, note, args...)
+	}
+}

@@ -1,0 +1,47 @@
+package controllers
+
+import (
+	"context"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// reconcileService applies the apiservers' Service and completes the spec.
+// The Service's ClusterIP and load-balancer addresses are SANs of the
+// serving certificate: the Service comes first, and the spec is completed
+// again only when applying it changed them (a new Service), or the
+// certificate would be issued without them and then again.
+func (r *ApiServerConfigReconciler) reconcileService(ctx context.Context, p *pass) error {
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.cfg.Namespace, Name: apiserver.ServiceName(p.cfg.Name)}, svc); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	p.in.ServiceClusterIP, p.in.ServiceIngress = serviceAddresses(svc)
+	if err := p.complete(); err != nil {
+		return err
+	}
+	svc = apiserver.DesiredService(p.c)
+	if err := r.apply(ctx, p.cfg, svc, true); err != nil {
+		return err
+	}
+	if ip, ingress := serviceAddresses(svc); ip != p.in.ServiceClusterIP || !slices.Equal(ingress, p.in.ServiceIngress) {
+		p.in.ServiceClusterIP, p.in.ServiceIngress = ip, ingress
+		return p.complete()
+	}
+	return nil
+}
+
+// serviceAddresses are the addresses of svc that the serving certificate
+// names: its ClusterIP and its load balancer's.
+func serviceAddresses(svc *corev1.Service) (string, []string) {
+	var ingress []string
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		ingress = append(ingress, ing.IP+ing.Hostname)
+	}
+	return svc.Spec.ClusterIP, ingress
+}

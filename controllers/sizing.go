@@ -1,0 +1,94 @@
+package controllers
+
+import (
+	"context"
+	"crypto/tls"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// reconcileSizing counts, with Auto cache sizing and a reachable etcd, the
+// tenant's nodes and pods, and completes the spec again when the counts it
+// is sized for moved.
+func (r *ApiServerConfigReconciler) reconcileSizing(ctx context.Context, p *pass) error {
+	if r.Etcd == nil || !p.obs.etcdChecked || p.obs.etcdErr != nil || p.c.Spec.CacheSizing.Policy != v1alpha1.CacheSizingAuto {
+		return nil
+	}
+	resized, next, err := r.observeClusterSize(ctx, p.cfg, p.c, p.etcd.tls, p.now)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Counting the tenant's nodes and pods failed", "apiServerConfig", klog.KObj(p.cfg), "error", err.Error())
+	}
+	p.requeueWithin(next)
+	if !resized {
+		return nil
+	}
+	s := p.cfg.Status.CacheSizing
+	p.in.ObservedNodes, p.in.ObservedPods = s.SizedForNodes, s.SizedForPods
+	return p.complete()
+}
+
+// sizingStatus carries the sizing in force into status, keeping what Auto
+// observed.
+func sizingStatus(prev *v1alpha1.CacheSizingStatus, s apiserver.Sizing) *v1alpha1.CacheSizingStatus {
+	out := &v1alpha1.CacheSizingStatus{}
+	if prev != nil {
+		out = prev.DeepCopy()
+	}
+	out.TargetRAMMB, out.CapacityNodes, out.EstimatedClusterSize = s.TargetRAMMB, s.CapacityNodes, s.EstimatedClusterSize
+	out.MaxInflight, out.MaxMutatingInflight, out.GoMemLimitBytes, out.OverCapacity = s.MaxInflight, s.MaxMutatingInflight, s.GoMemLimitBytes, s.OverCapacity
+	return out
+}
+
+// observeClusterSize counts the tenant's nodes and pods in etcd, at most
+// every r.AutoSizingInterval, and moves the counts the sizing is computed
+// from when apiserver.DecideResize says so. It returns whether they moved
+// and when to count again.
+func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, tlsConfig *tls.Config, now time.Time) (bool, time.Duration, error) {
+	spec := &c.Spec.Etcd
+	cs := c.Spec.CacheSizing
+	interval := cs.ObservationInterval.Duration
+	policy := apiserver.ResizePolicy{Threshold: float64(*cs.ResizeThresholdPercent) / 100, MinInterval: cs.MinResizeInterval.Duration}
+	if r.AutoSizingInterval > 0 {
+		interval = r.AutoSizingInterval
+	}
+	if r.ResizePolicy != (apiserver.ResizePolicy{}) {
+		policy = r.ResizePolicy
+	}
+	st := cfg.Status.CacheSizing
+	if st == nil {
+		st = &v1alpha1.CacheSizingStatus{}
+		cfg.Status.CacheSizing = st
+	}
+	if st.ObservationTime != nil && now.Sub(st.ObservationTime.Time) < interval {
+		return false, interval - now.Sub(st.ObservationTime.Time), nil
+	}
+	nodes, err := r.Etcd.Count(ctx, serversOf(spec, "nodes"), tlsConfig, spec.Prefix+"/minions/")
+	if err != nil {
+		return false, interval, err
+	}
+	pods, err := r.Etcd.Count(ctx, serversOf(spec, "pods"), tlsConfig, spec.Prefix+"/pods/")
+	if err != nil {
+		return false, interval, err
+	}
+	st.ObservedNodes, st.ObservedPods = &nodes[0], &pods[0]
+	st.ObservationTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
+	var last *time.Time
+	if st.LastResizeTime != nil {
+		last = &st.LastResizeTime.Time
+	}
+	if !apiserver.DecideResize(st.SizedForNodes, st.SizedForPods, last, nodes[0], pods[0], now, policy) {
+		return false, interval, nil
+	}
+	st.SizedForNodes, st.SizedForPods = &nodes[0], &pods[0]
+	st.LastResizeTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
+	sizingDecisions.WithLabelValues(cfg.Namespace, cfg.Name).Inc()
+	r.event(cfg, corev1.EventTypeNormal, "Resized", "Resize", "Sized for %d nodes and %d pods observed in etcd", nodes[0], pods[0])
+	return true, interval, nil
+}
