@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,17 +26,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
+	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
 
-// freePort returns a loopback address with a port nobody listens on.
+// freePort returns a loopback address with a port that stays free for the
+// test (testport: no race with other processes).
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testport.Get(t)))
 }
 
 // poll calls check every 200ms until it returns nil or attempts run out.

@@ -294,7 +294,6 @@ func TestApiServerConfigReconciler_ServingRenewalRollsNothingButANewServiceAccou
 	}
 	before := hash()
 	serving := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.ServingSecretName("rolls")}})
-
 	patch := client.MergeFrom(get(t, cfg).DeepCopy())
 	cfg.Spec.Serving.ExtraSANs = []string{"renewed.example.com"}
 	if err := env.Client.Patch(ctx, cfg, patch); err != nil {
@@ -307,7 +306,8 @@ func TestApiServerConfigReconciler_ServingRenewalRollsNothingButANewServiceAccou
 		}
 		return nil
 	})
-	time.Sleep(time.Second)
+	// The pass that renewed it applied the Deployment, then wrote status.
+	waitForPass(t, cfg)
 	if got := hash(); got != before {
 		t.Fatalf("renewing the serving certificate (re-read by kube-apiserver) rolled the pods: hash %s -> %s", before, got)
 	}
@@ -496,4 +496,19 @@ func seriesCount(s *eventsv1.EventSeries) int32 {
 		return 0
 	}
 	return s.Count
+}
+
+// waitForPass waits until a pass of the operator completed for cfg's
+// current generation: the conditions it writes last, after every object was
+// applied, describe that generation (the early Reconciling mark writes only
+// Ready, Reconciling and Stalled).
+func waitForPass(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
+	t.Helper()
+	eventually(t, 20*time.Second, "a pass completes for the current generation", func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		if c := conditionOf(got, v1alpha1.ConditionCertificatesReady); c == nil || c.ObservedGeneration != got.Generation {
+			return fmt.Errorf("CertificatesReady is %v at generation %d", c, got.Generation)
+		}
+		return nil
+	})
 }

@@ -150,6 +150,18 @@ func TestApiServerConfigReconciler_ServiceAccountKeyRotatesInPhasesWithOverlap(t
 		if !trusts(t, s.Data[apiserver.ServiceAccountPublicKeysKey], signer) {
 			t.Errorf("%s: the signing key is not trusted", c.phase)
 		}
+		// Once the old key is pruned, the signing key is the only one
+		// published: nothing else verifies tokens.
+		keys, err := keyutil.ParsePublicKeysPEM(s.Data[apiserver.ServiceAccountPublicKeysKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.expectOnlyNext && len(keys) != 1 {
+			t.Errorf("%s: %d public keys are published, want only the signing key", c.phase, len(keys))
+		}
+		if !c.expectOnlyNext && len(keys) != 2 {
+			t.Errorf("%s: %d public keys are published, want the old and the new", c.phase, len(keys))
+		}
 		hash := get(t, d).Spec.Template.Annotations[apiserver.ConfigHashAnnotation]
 		if c.expectNewHash && hashes[hash] {
 			t.Errorf("%s: the pods did not roll (kube-apiserver reads its keys only at start)", c.phase)

@@ -164,8 +164,9 @@ func TestApiServerConfigReconciler_AutoSizingResizesOnceThenStaysPut(t *testing.
 		}
 		return nil
 	})
-	time.Sleep(3 * time.Second) // past the minimum interval between resizes
-	st := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta}).Status.CacheSizing
+	// A pass that observed it past the minimum interval between resizes
+	// (2 s here) decided not to resize.
+	st := observedAfter(t, cfg, sized.LastResizeTime.Add(2*time.Second))
 	if *st.SizedForNodes != 1000 || !st.LastResizeTime.Equal(sized.LastResizeTime) {
 		t.Fatalf("a 5%% change resized the apiservers: %+v", st)
 	}
@@ -182,8 +183,25 @@ func TestApiServerConfigReconciler_AutoSizingResizesOnceThenStaysPut(t *testing.
 		return nil
 	})
 	hash = get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta}).Spec.Template.Annotations[apiserver.ConfigHashAnnotation]
-	time.Sleep(4 * time.Second)
+	resized := observedAfter(t, cfg, time.Time{}).LastResizeTime
+	// Two passes observed the cluster again, past the minimum interval.
+	observedAfter(t, cfg, resized.Add(3*time.Second))
 	if got := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta}).Spec.Template.Annotations[apiserver.ConfigHashAnnotation]; got != hash {
 		t.Fatal("the sizing kept moving with no change in the cluster")
 	}
+}
+
+// observedAfter waits for a pass that counted the tenant's nodes later than
+// at, and returns the sizing status it wrote.
+func observedAfter(t *testing.T, cfg *v1alpha1.ApiServerConfig, at time.Time) *v1alpha1.CacheSizingStatus {
+	t.Helper()
+	var st *v1alpha1.CacheSizingStatus
+	eventually(t, 20*time.Second, "the operator counts the nodes again", func() error {
+		st = get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta}).Status.CacheSizing
+		if st == nil || st.ObservationTime == nil || !st.ObservationTime.After(at) {
+			return fmt.Errorf("last observation %v", st)
+		}
+		return nil
+	})
+	return st
 }

@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
+	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
 
 var (
@@ -78,12 +78,7 @@ type operator struct {
 
 func freePort(b testing.TB) string {
 	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(testport.Get(b))
 }
 
 // startOperator starts the manager against env, without webhooks (unless

@@ -27,18 +27,16 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
+	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
 
 const ecdsa = pki.KeyAlgorithmECDSAP256
 
+// freePort is a port that stays free for the test: etcd once lost a port
+// chosen by "listen on :0 and close" to another process under load.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testport.Get(t)
 }
 
 func write(t *testing.T, path string, data []byte, mode os.FileMode) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
 
 // readyzClient probes /readyz, which answers anonymous requests. It only
@@ -247,12 +247,7 @@ func handArgs(b testing.TB, c client.Client, d *appsv1.Deployment, dir string) (
 		}
 	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	port := strconv.Itoa(testport.Get(b))
 	var args []string
 	for _, a := range container.Args {
 		for _, path := range mounts {
