@@ -178,6 +178,7 @@ func TestAdmission_FailsClosed(t *testing.T) {
 
 // brokenPool has a "validator" that exits without answering.
 func brokenPool(t *testing.T) *upstream.Pool {
+	t.Helper()
 	dir := t.TempDir()
 	script := "#!/bin/sh\necho ready\nexit 3\n"
 	if err := os.WriteFile(filepath.Join(dir, upstream.BinaryPrefix+v1alpha1.BundledVersion), []byte(script), 0o755); err != nil {

@@ -90,8 +90,8 @@ func TestArgs_PassTheAutomatedCISChecks(t *testing.T) {
 		v, _ := value(name)
 		return slices.Contains(strings.Split(v, ","), item)
 	}
-	atLeast := func(name string, min int) func() bool {
-		return func() bool { v, _ := value(name); n, err := strconv.Atoi(v); return err == nil && n >= min }
+	atLeast := func(name string, least int) func() bool {
+		return func() bool { v, _ := value(name); n, err := strconv.Atoi(v); return err == nil && n >= least }
 	}
 	checks := []struct {
 		id, what string

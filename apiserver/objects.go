@@ -258,8 +258,9 @@ func DesiredEncryptionSecret(c *Completed, keys []EncryptionKey) (*corev1.Secret
 // nothing.
 func ConfigHash(args []string, files map[string][]byte) string {
 	h := sha256.New()
+	// Writes to a hash.Hash never fail.
 	for _, a := range args {
-		fmt.Fprintf(h, "arg %d %s\n", len(a), a)
+		_, _ = fmt.Fprintf(h, "arg %d %s\n", len(a), a)
 	}
 	restartFiles := map[string][]byte{}
 	for path, data := range files {
@@ -273,7 +274,7 @@ func ConfigHash(args []string, files map[string][]byte) string {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		fmt.Fprintf(h, "file %s %d\n", name, len(restartFiles[name]))
+		_, _ = fmt.Fprintf(h, "file %s %d\n", name, len(restartFiles[name]))
 		h.Write(restartFiles[name])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
@@ -410,11 +411,11 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 // podVolumes mounts the PKI, the etcd credentials, the rendered
 // configuration and the optional files, at the paths of paths.go.
 func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
-	// Files from Secrets are 0400; kubelet adds read access for the pod's
-	// fsGroup, the group kube-apiserver runs as, and nobody else.
-	const keyMode, certMode = int32(0o400), int32(0o400)
-	item := func(key, path string, mode int32) corev1.KeyToPath {
-		return corev1.KeyToPath{Key: key, Path: path, Mode: ptr.To(mode)}
+	// Files from Secrets, keys and certificates alike, are 0400; kubelet
+	// adds read access for the pod's fsGroup, the group kube-apiserver runs
+	// as, and nobody else.
+	item := func(key, path string) corev1.KeyToPath {
+		return corev1.KeyToPath{Key: key, Path: path, Mode: ptr.To[int32](0o400)}
 	}
 	secret := func(name string, items ...corev1.KeyToPath) corev1.VolumeProjection {
 		return corev1.VolumeProjection{Secret: &corev1.SecretProjection{
@@ -422,18 +423,18 @@ func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
 		}}
 	}
 	pki := []corev1.VolumeProjection{
-		secret(CASecretName(c.Name), item(CABundleKey, "ca.crt", certMode)),
-		secret(ServingSecretName(c.Name), item(corev1.TLSCertKey, "apiserver.crt", certMode), item(corev1.TLSPrivateKeyKey, "apiserver.key", keyMode)),
-		secret(KubeletClientSecretName(c.Name), item(corev1.TLSCertKey, "apiserver-kubelet-client.crt", certMode), item(corev1.TLSPrivateKeyKey, "apiserver-kubelet-client.key", keyMode)),
-		secret(FrontProxyCASecretName(c.Name), item(CABundleKey, "front-proxy-ca.crt", certMode)),
-		secret(FrontProxyClientSecretName(c.Name), item(corev1.TLSCertKey, "front-proxy-client.crt", certMode), item(corev1.TLSPrivateKeyKey, "front-proxy-client.key", keyMode)),
-		secret(ServiceAccountSecretName(c.Name), item(ServiceAccountPrivateKeyKey, "sa.key", keyMode), item(ServiceAccountPublicKeysKey, "sa.pub", certMode)),
+		secret(CASecretName(c.Name), item(CABundleKey, "ca.crt")),
+		secret(ServingSecretName(c.Name), item(corev1.TLSCertKey, "apiserver.crt"), item(corev1.TLSPrivateKeyKey, "apiserver.key")),
+		secret(KubeletClientSecretName(c.Name), item(corev1.TLSCertKey, "apiserver-kubelet-client.crt"), item(corev1.TLSPrivateKeyKey, "apiserver-kubelet-client.key")),
+		secret(FrontProxyCASecretName(c.Name), item(CABundleKey, "front-proxy-ca.crt")),
+		secret(FrontProxyClientSecretName(c.Name), item(corev1.TLSCertKey, "front-proxy-client.crt"), item(corev1.TLSPrivateKeyKey, "front-proxy-client.key")),
+		secret(ServiceAccountSecretName(c.Name), item(ServiceAccountPrivateKeyKey, "sa.key"), item(ServiceAccountPublicKeysKey, "sa.pub")),
 	}
 	if tls := c.Spec.Etcd.TLS; tls != nil {
 		pki = append(pki, secret(tls.SecretName,
-			item(tls.CAKey, "etcd/"+etcdCAFileName, certMode),
-			item(tls.CertKey, "etcd/"+etcdCertFileName, certMode),
-			item(tls.KeyKey, "etcd/"+etcdKeyFileName, keyMode)))
+			item(tls.CAKey, "etcd/"+etcdCAFileName),
+			item(tls.CertKey, "etcd/"+etcdCertFileName),
+			item(tls.KeyKey, "etcd/"+etcdKeyFileName)))
 	}
 	volumes := []corev1.Volume{{
 		Name:         "pki",
@@ -467,13 +468,13 @@ func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
 			name = c.Spec.Encryption.ConfigSecretName
 		}
 		volumes = append(volumes, corev1.Volume{Name: "encryption", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: name, Items: []corev1.KeyToPath{item(EncryptionConfigKey, EncryptionConfigKey, keyMode)},
+			SecretName: name, Items: []corev1.KeyToPath{item(EncryptionConfigKey, EncryptionConfigKey)},
 		}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "encryption", MountPath: "/etc/kubernetes/encryption", ReadOnly: true})
 	}
 	if w := c.Spec.Authorization.Webhook; w != nil {
 		volumes = append(volumes, corev1.Volume{Name: "authz-webhook", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: w.KubeconfigSecretName, Items: []corev1.KeyToPath{item("kubeconfig", "kubeconfig", keyMode)},
+			SecretName: w.KubeconfigSecretName, Items: []corev1.KeyToPath{item("kubeconfig", "kubeconfig")},
 		}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "authz-webhook", MountPath: "/etc/kubernetes/authz-webhook", ReadOnly: true})
 	}

@@ -1,7 +1,9 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -276,7 +278,7 @@ func TestApiServerConfigReconciler_CASurvivesEditsAndRestarts(t *testing.T) {
 	if err := env.Client.Get(ctx, caKey, after); err != nil {
 		t.Fatal(err)
 	}
-	if string(after.Data[corev1.TLSCertKey]) != string(ca.Data[corev1.TLSCertKey]) || string(after.Data[corev1.TLSPrivateKeyKey]) != string(ca.Data[corev1.TLSPrivateKeyKey]) {
+	if !bytes.Equal(after.Data[corev1.TLSCertKey], ca.Data[corev1.TLSCertKey]) || !bytes.Equal(after.Data[corev1.TLSPrivateKeyKey], ca.Data[corev1.TLSPrivateKeyKey]) {
 		t.Fatal("the CA changed after a spec edit and an operator restart")
 	}
 }
@@ -301,7 +303,7 @@ func TestApiServerConfigReconciler_ServingRenewalRollsNothingButANewServiceAccou
 	}
 	eventually(t, 20*time.Second, "the serving certificate is renewed", func() error {
 		s := get(t, &corev1.Secret{ObjectMeta: serving.ObjectMeta})
-		if string(s.Data[corev1.TLSCertKey]) == string(serving.Data[corev1.TLSCertKey]) {
+		if bytes.Equal(s.Data[corev1.TLSCertKey], serving.Data[corev1.TLSCertKey]) {
 			return fmt.Errorf("not yet")
 		}
 		return nil
@@ -352,9 +354,11 @@ func TestApiServerConfigReconciler_ScalesWithKubectlScale(t *testing.T) {
 			err := env.Client.Get(ctx, pdbKey, &policyv1.PodDisruptionBudget{})
 			switch {
 			case replicas > 1 && err != nil:
-				return fmt.Errorf("no disruption budget with %d apiservers: %v", replicas, err)
+				return fmt.Errorf("no disruption budget with %d apiservers: %w", replicas, err)
+			case replicas <= 1 && err == nil:
+				return fmt.Errorf("a disruption budget remains with %d apiserver(s)", replicas)
 			case replicas <= 1 && !apierrors.IsNotFound(err):
-				return fmt.Errorf("a disruption budget remains with %d apiserver(s): %v", replicas, err)
+				return fmt.Errorf("reading the disruption budget with %d apiserver(s): %w", replicas, err)
 			}
 			return nil
 		})
@@ -394,10 +398,13 @@ func TestApiServerConfigReconciler_DeletionCleansUpAndRetainKeepsTheCA(t *testin
 		}
 		eventually(t, 20*time.Second, "the ApiServerConfig is gone", func() error {
 			err := env.Client.Get(ctx, client.ObjectKeyFromObject(cfg), &v1alpha1.ApiServerConfig{})
-			if apierrors.IsNotFound(err) {
+			switch {
+			case apierrors.IsNotFound(err):
 				return nil
+			case err != nil:
+				return fmt.Errorf("reading it: %w", err)
 			}
-			return fmt.Errorf("still there: %v", err)
+			return errors.New("still there")
 		})
 		left := map[string]bool{}
 		for _, list := range []client.ObjectList{&corev1.SecretList{}, &corev1.ConfigMapList{}, &corev1.ServiceList{}, &appsv1.DeploymentList{}, &policyv1.PodDisruptionBudgetList{}} {

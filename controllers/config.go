@@ -82,7 +82,7 @@ func (r *ApiServerConfigReconciler) encryptionSecret(ctx context.Context, c *api
 	if err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(keys)
+	raw, err := json.Marshal(keys) //nolint:gosec // G117: the keys are marshaled into the Secret that exists to hold them
 	if err != nil {
 		return nil, fmt.Errorf("encoding the encryption keys: %w", err)
 	}

@@ -74,7 +74,7 @@ func (e EtcdV3) Count(ctx context.Context, endpoints []string, tlsConfig *tls.Co
 	if err != nil {
 		return nil, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	counts := make([]int64, len(prefixes))
 	for i, p := range prefixes {
 		reqCtx, cancel := context.WithTimeout(ctx, e.timeout())

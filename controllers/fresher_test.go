@@ -15,7 +15,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
 
-func version(rv string, phase string) *v1alpha1.ApiServerConfig {
+func version(rv, phase string) *v1alpha1.ApiServerConfig {
 	return &v1alpha1.ApiServerConfig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "a", ResourceVersion: rv},
 		Status:     v1alpha1.ApiServerConfigStatus{Endpoint: phase},

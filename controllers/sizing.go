@@ -18,7 +18,8 @@ import (
 // tenant's nodes and pods, and completes the spec again when the counts it
 // is sized for moved.
 func (r *ApiServerConfigReconciler) reconcileSizing(ctx context.Context, p *pass) error {
-	if r.Etcd == nil || !p.obs.etcdChecked || p.obs.etcdErr != nil || p.c.Spec.CacheSizing.Policy != v1alpha1.CacheSizingAuto {
+	etcdAnswered := p.obs.etcdChecked && p.obs.etcdErr == nil
+	if r.Etcd == nil || !etcdAnswered || p.c.Spec.CacheSizing.Policy != v1alpha1.CacheSizingAuto {
 		return nil
 	}
 	resized, next, err := r.observeClusterSize(ctx, p.cfg, p.c, p.etcd.tls, p.now)

@@ -111,7 +111,7 @@ func TestApiServerConfigReconciler_AutoSizingResizesOnceThenStaysPut(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	// Synthetic objects of a tenant, written where kube-apiserver keeps
 	// them: nodes under /minions/, pods under /pods/.
 	put := func(kind string, from, to int) {

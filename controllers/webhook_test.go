@@ -22,7 +22,7 @@ type warningRecorder struct {
 	warnings []string
 }
 
-func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+func (w *warningRecorder) HandleWarningHeader(_ int, _, text string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.warnings = append(w.warnings, text)

@@ -128,16 +128,23 @@ func (w *WebhookCertificates) writeFiles(secret *corev1.Secret) error {
 	if err := os.MkdirAll(w.CertDir, 0o700); err != nil {
 		return fmt.Errorf("creating the webhook certificate directory %s: %w", w.CertDir, err)
 	}
+	// Every file operation stays inside the directory, symbolic links
+	// included.
+	dir, err := os.OpenRoot(w.CertDir)
+	if err != nil {
+		return fmt.Errorf("opening the webhook certificate directory %s: %w", w.CertDir, err)
+	}
+	defer func() { _ = dir.Close() }()
 	for _, name := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey} {
 		path := filepath.Join(w.CertDir, name)
-		if current, err := os.ReadFile(path); err == nil && bytes.Equal(current, secret.Data[name]) {
+		if current, err := dir.ReadFile(name); err == nil && bytes.Equal(current, secret.Data[name]) {
 			continue
 		}
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, secret.Data[name], 0o600); err != nil {
+		tmp := name + ".tmp"
+		if err := dir.WriteFile(tmp, secret.Data[name], 0o600); err != nil {
 			return fmt.Errorf("writing %s: %w", path, err)
 		}
-		if err := os.Rename(tmp, path); err != nil {
+		if err := dir.Rename(tmp, name); err != nil {
 			return fmt.Errorf("writing %s: %w", path, err)
 		}
 	}

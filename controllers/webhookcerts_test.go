@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"os"
@@ -87,7 +88,7 @@ func TestWebhookCertificates_IssuesPublishesAndRenews(t *testing.T) {
 	if renewed.Equal(first) {
 		t.Fatal("the certificate was not renewed past its renewal time")
 	}
-	if string(bundleAfter) != string(bundle) {
+	if !bytes.Equal(bundleAfter, bundle) {
 		t.Fatal("renewing the certificate changed the CA")
 	}
 }

@@ -41,7 +41,10 @@ func (r *ApiServerConfigReconciler) applySecrets(ctx context.Context, p *pass) e
 	retained := p.c.Spec.Certificates.PKIRetention == "Retain"
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range p.secrets {
-		g.Go(func() error { return r.apply(gctx, p.cfg, s, !(retained && apiserver.Retainable(p.cfg.Name, s.Name))) })
+		// A Secret that Retain keeps gets no owner: deleting the
+		// ApiServerConfig leaves it.
+		owned := !retained || !apiserver.Retainable(p.cfg.Name, s.Name)
+		g.Go(func() error { return r.apply(gctx, p.cfg, s, owned) })
 	}
 	if err := g.Wait(); err != nil {
 		return err

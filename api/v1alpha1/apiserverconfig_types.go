@@ -961,7 +961,3 @@ type ApiServerConfigList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ApiServerConfig `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ApiServerConfig{}, &ApiServerConfigList{})
-}

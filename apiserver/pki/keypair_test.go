@@ -137,11 +137,14 @@ func secretNumbers(key any) []string {
 func TestKeyPairFormattingNil(t *testing.T) {
 	var kp *KeyPair
 	var sa *ServiceAccountKey
-	got := []string{fmt.Sprintf("%v", kp), fmt.Sprintf("%+v", sa), fmt.Sprint(KeyPair{}), fmt.Sprint(ServiceAccountKey{})}
-	want := []string{"<nil>", "<nil>", "KeyPair{}", "ServiceAccountKey{}"}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Errorf("formatting an empty key gives %q, want %q", got[i], want[i])
+	for _, tc := range []struct {
+		value any
+		want  string
+	}{{kp, "<nil>"}, {sa, "<nil>"}, {KeyPair{}, "KeyPair{}"}, {ServiceAccountKey{}, "ServiceAccountKey{}"}} {
+		for _, verb := range []string{"%v", "%+v"} {
+			if got := fmt.Sprintf(verb, tc.value); got != tc.want {
+				t.Errorf("formatting an empty key with %s gives %q, want %q", verb, got, tc.want)
+			}
 		}
 	}
 }

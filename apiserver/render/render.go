@@ -184,14 +184,15 @@ func admit(manifest, crdYAML []byte, admission apiserver.Admission) (*v1alpha1.A
 		return nil, invalid(cfg.Name, errs)
 	} else if len(warnings) > 0 {
 		for _, w := range warnings {
-			fmt.Fprintf(warningWriter, "Warning: %s\n", w)
+			// A warning that cannot be written is no reason to fail.
+			_, _ = fmt.Fprintf(warningWriter, "Warning: %s\n", w)
 		}
 	}
 	return cfg, nil
 }
 
 // warningWriter receives admission warnings (standard error in the CLI).
-var warningWriter io.Writer = io.Discard
+var warningWriter = io.Discard
 
 // SetWarningWriter sends admission warnings to w.
 func SetWarningWriter(w io.Writer) { warningWriter = w }

@@ -28,6 +28,7 @@ func crd(t *testing.T) []byte {
 // options are what the CLI passes: the CRD and the admission of the
 // operator, with the validators built into bin/.
 func options(t *testing.T) Options {
+	t.Helper()
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
 		dir = filepath.Join("..", "..", "bin")

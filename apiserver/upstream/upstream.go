@@ -275,8 +275,11 @@ func start(binary string) (*process, error) {
 	go func() {
 		defer close(p.ready)
 		line, err := p.stdout.ReadString('\n')
-		if err != nil || strings.TrimSpace(line) != "ready" {
-			p.readyErr = fmt.Errorf("the validator %s did not start: %q %v", binary, line, err)
+		switch {
+		case err != nil:
+			p.readyErr = fmt.Errorf("the validator %s did not start: %q: %w", binary, line, err)
+		case strings.TrimSpace(line) != "ready":
+			p.readyErr = fmt.Errorf("the validator %s did not start: %q", binary, line)
 		}
 	}()
 	return p, nil
@@ -376,8 +379,8 @@ type answerCache struct {
 	m     map[string]*Result
 }
 
-func newAnswerCache(max int) *answerCache {
-	return &answerCache{max: max, m: map[string]*Result{}}
+func newAnswerCache(size int) *answerCache {
+	return &answerCache{max: size, m: map[string]*Result{}}
 }
 
 func (c *answerCache) get(key string) (*Result, bool) {

@@ -52,7 +52,7 @@ func run() error {
 				continue
 			}
 			fmt.Fprintf(&out, "\n## %s\n\n| field | type | default | description |\n| --- | --- | --- | --- |\n", top)
-			walk(&out, top, s, map[string]bool{})
+			walk(&out, top, s)
 		}
 	}
 	return os.WriteFile(outPath, out.Bytes(), 0o644)
@@ -60,7 +60,7 @@ func run() error {
 
 // walk writes one row per field, depth first, in name order. Kubernetes
 // core types (resources, affinity...) are summarized, not expanded.
-func walk(out *bytes.Buffer, path string, s apiextensionsv1.JSONSchemaProps, required map[string]bool) {
+func walk(out *bytes.Buffer, path string, s apiextensionsv1.JSONSchemaProps) {
 	names := make([]string, 0, len(s.Properties))
 	for name := range s.Properties {
 		names = append(names, name)
@@ -118,9 +118,9 @@ func walk(out *bytes.Buffer, path string, s apiextensionsv1.JSONSchemaProps, req
 		}
 		switch {
 		case p.Type == "object" && len(p.Properties) > 0:
-			walk(out, fieldPath, p, required)
+			walk(out, fieldPath, p)
 		case p.Type == "array" && p.Items != nil && p.Items.Schema != nil && len(p.Items.Schema.Properties) > 0:
-			walk(out, fieldPath+"[]", *p.Items.Schema, required)
+			walk(out, fieldPath+"[]", *p.Items.Schema)
 		}
 	}
 }

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -92,7 +93,7 @@ func run(files []string, stdin io.Reader, out io.Writer) error {
 			return err
 		}
 		err = read(fh, f)
-		fh.Close()
+		_ = fh.Close() // opened for reading: nothing was lost
 		if err != nil {
 			return err
 		}
@@ -100,8 +101,10 @@ func run(files []string, stdin io.Reader, out io.Writer) error {
 	if len(rows) == 0 {
 		return errors.New("no benchmark results in the input")
 	}
-	fmt.Fprintln(out, "| Benchmark | Measure | Median | Runs | Target |")
-	fmt.Fprintln(out, "|---|---|---:|---:|---|")
+	// The table is written in one piece, so that a failed write is reported.
+	var table bytes.Buffer
+	fmt.Fprintln(&table, "| Benchmark | Measure | Median | Runs | Target |")
+	fmt.Fprintln(&table, "|---|---|---:|---:|---|")
 	for _, r := range rows {
 		v := median(r.values)
 		t := ""
@@ -116,9 +119,10 @@ func run(files []string, stdin io.Reader, out io.Writer) error {
 		if unit == "sec/op" {
 			value, unit = duration(v), "time/op"
 		}
-		fmt.Fprintf(out, "| %s | %s | %s | %d | %s |\n", r.name, unit, value, len(r.values), t)
+		fmt.Fprintf(&table, "| %s | %s | %s | %d | %s |\n", r.name, unit, value, len(r.values), t)
 	}
-	return nil
+	_, err := out.Write(table.Bytes())
+	return err
 }
 
 // duration prints seconds in the unit that reads best.

@@ -34,6 +34,7 @@ func (s *scope) close() {
 
 // sizesFromEnv reads a comma-separated list of object counts.
 func sizesFromEnv(b *testing.B, key, def string) []int {
+	b.Helper()
 	v := os.Getenv(key)
 	if v == "" {
 		v = def
@@ -104,6 +105,7 @@ type convergeResult struct {
 }
 
 func convergeOnce(b *testing.B, n int) convergeResult {
+	b.Helper()
 	s := &scope{TB: b}
 	defer s.close()
 	env, objs, w, op := setUp(s, "converge", n)
@@ -202,6 +204,7 @@ func BenchmarkSteadyState(b *testing.B) {
 }
 
 func steadyOnce(b *testing.B, n int, window time.Duration) counters {
+	b.Helper()
 	s := &scope{TB: b}
 	defer s.close()
 	env, objs, w, op := setUp(s, "steady", n)

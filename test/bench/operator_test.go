@@ -57,7 +57,7 @@ func managerBinary(b testing.TB) string {
 		cmd := exec.Command("go", "build", "-o", managerPath, ".")
 		cmd.Dir = envtest.RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building the manager: %v\n%s", err, out)
+			buildErr = fmt.Errorf("building the manager: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
@@ -105,12 +105,14 @@ func startOperator(b testing.TB, env *envtest.Environment, extraArgs ...string) 
 	// The manager dies with the benchmark, even one killed by a timeout.
 	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := o.cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		b.Fatalf("starting the manager: %v", err)
 	}
 	go func() {
 		_ = o.cmd.Wait()
-		logFile.Close()
+		// The manager wrote the log through its own descriptors; closing
+		// ours loses nothing.
+		_ = logFile.Close()
 		close(o.exited)
 	}()
 	b.Cleanup(func() { o.stop(b) })
@@ -143,7 +145,7 @@ func (o *operator) logTail() string {
 	if err != nil {
 		return err.Error()
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var lines []string
 	for s := bufio.NewScanner(f); s.Scan(); {
 		lines = append(lines, s.Text())
@@ -153,6 +155,7 @@ func (o *operator) logTail() string {
 
 // stop sends SIGTERM and waits, bounded, for the manager to exit.
 func (o *operator) stop(b testing.TB) {
+	b.Helper()
 	select {
 	case <-o.exited:
 		return

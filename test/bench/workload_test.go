@@ -251,23 +251,18 @@ func (w *watcher) waitFor(b testing.TB, timeout time.Duration, what string, done
 }
 
 // waitAll waits until every object of objs satisfied the watcher's
-// condition, and returns when the last one did.
-func (w *watcher) waitAll(b testing.TB, objs []*v1alpha1.ApiServerConfig, timeout time.Duration, what string) time.Time {
+// condition.
+func (w *watcher) waitAll(b testing.TB, objs []*v1alpha1.ApiServerConfig, timeout time.Duration, what string) {
 	b.Helper()
-	var last time.Time
 	w.waitFor(b, timeout, what, func() (bool, string) {
 		n := 0
 		for _, o := range objs {
-			if t, ok := w.seen[key(o)]; ok {
+			if _, ok := w.seen[key(o)]; ok {
 				n++
-				if t.After(last) {
-					last = t
-				}
 			}
 		}
 		return n == len(objs), fmt.Sprintf("%d of %d", n, len(objs))
 	})
-	return last
 }
 
 // times returns, sorted, how long after start each object satisfied the

@@ -39,12 +39,12 @@ func freePort(t *testing.T) int {
 	return testport.Get(t)
 }
 
-func write(t *testing.T, path string, data []byte, mode os.FileMode) {
+func write(t *testing.T, path string, data []byte) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, data, mode); err != nil {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatalf("writing %s: %v", path, err)
 	}
 }
@@ -93,9 +93,9 @@ func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) string {
 	now := time.Now()
 	serving := must(pki.NewSignedCert(ca, pki.ServingCertConfig([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}), ecdsa, time.Hour, now))
 	certDir := filepath.Join(dir, name+"-tls")
-	write(t, filepath.Join(certDir, "ca.crt"), ca.CertPEM(), 0o600)
-	write(t, filepath.Join(certDir, "server.crt"), serving.CertPEM(), 0o600)
-	write(t, filepath.Join(certDir, "server.key"), must(serving.KeyPEM()), 0o600)
+	write(t, filepath.Join(certDir, "ca.crt"), ca.CertPEM())
+	write(t, filepath.Join(certDir, "server.crt"), serving.CertPEM())
+	write(t, filepath.Join(certDir, "server.key"), must(serving.KeyPEM()))
 	client := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
 	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	start(t, dir, "etcd",
@@ -172,7 +172,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		apiserver.AuthenticationConfigFile:     []byte(cm.Data[apiserver.AuthenticationConfigKey]),
 		apiserver.AuditPolicyFile:              []byte(cm.Data[apiserver.AuditPolicyKey]),
 	} {
-		write(t, root(path), data, 0o600)
+		write(t, root(path), data)
 	}
 	for i, a := range args {
 		a = strings.ReplaceAll(a, "$("+apiserver.PodIPEnv+")", "127.0.0.1")
@@ -191,7 +191,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	for {
 		resp, err := anonymous.Get(base + "/readyz")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				break
 			}
@@ -206,7 +206,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Errorf("anonymous GET %s: status %d, want %d", path, resp.StatusCode, want)
 		}
@@ -247,7 +247,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	count := func(endpoint, key string) int64 {
 		t.Helper()
 		cli := must(clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: tlsConfig, DialTimeout: 10 * time.Second}))
-		defer cli.Close()
+		defer func() { _ = cli.Close() }()
 		resp := must(cli.Get(ctx, key, clientv3.WithPrefix(), clientv3.WithCountOnly()))
 		return resp.Count
 	}

@@ -419,6 +419,7 @@ func boundRules(t *testing.T, objs []*unstructured.Unstructured) (cluster, names
 }
 
 func rulesBySA(t *testing.T, perms []v1alpha1.StrategyDeploymentPermissions) map[string][]string {
+	t.Helper()
 	out := map[string][]string{}
 	for _, p := range perms {
 		out[p.ServiceAccountName] = append(out[p.ServiceAccountName], ruleStrings(t, p.Rules)...)
@@ -430,6 +431,7 @@ func rulesBySA(t *testing.T, perms []v1alpha1.StrategyDeploymentPermissions) map
 }
 
 func ruleStrings(t *testing.T, rules []rbacv1.PolicyRule) []string {
+	t.Helper()
 	var out []string
 	for _, r := range rules {
 		b, err := json.Marshal(r)

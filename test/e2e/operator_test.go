@@ -62,7 +62,7 @@ func installOperator(t testing.TB) {
 		start := time.Now()
 		manifests, err := run(t, nil, "kustomize", "build", filepath.Join(repo, "config", "default"))
 		if err != nil {
-			installErr = fmt.Errorf("kustomize build config/default: %v\n%s", err, manifests)
+			installErr = fmt.Errorf("kustomize build config/default: %w\n%s", err, manifests)
 			return
 		}
 		// On a kept cluster the operator already runs, from an image of the
@@ -70,18 +70,18 @@ func installOperator(t testing.TB) {
 		// would exercise the previous build.
 		_, getErr := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "get", "deployment/apiserver-operator-controller-manager")
 		if out, err := run(t, []byte(manifests), "kubectl", "apply", "--server-side", "-f", "-"); err != nil {
-			installErr = fmt.Errorf("kubectl apply: %v\n%s", err, out)
+			installErr = fmt.Errorf("kubectl apply: %w\n%s", err, out)
 			return
 		}
 		if getErr == nil {
 			if out, err := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "rollout", "restart", "deployment/apiserver-operator-controller-manager"); err != nil {
-				installErr = fmt.Errorf("restarting the operator: %v\n%s", err, out)
+				installErr = fmt.Errorf("restarting the operator: %w\n%s", err, out)
 				return
 			}
 		}
 		if out, err := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "rollout", "status",
 			"deployment/apiserver-operator-controller-manager", "--timeout=180s"); err != nil {
-			installErr = fmt.Errorf("the operator did not become available: %v\n%s", err, out)
+			installErr = fmt.Errorf("the operator did not become available: %w\n%s", err, out)
 			return
 		}
 		fmt.Printf("Operator installed from config/default and available in %s\n", time.Since(start).Round(100*time.Millisecond))

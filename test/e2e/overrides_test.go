@@ -42,7 +42,7 @@ func TestOperator_EtcdOverridesSplitTheTenantsData(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cli.Close()
+		defer func() { _ = cli.Close() }()
 		resp, err := cli.Get(ctx, key, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			t.Fatalf("reading etcd %s: %v", endpoint, err)

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -84,7 +85,7 @@ func TestOperator_ConvergesThroughRepeatedSIGKILL(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: apiserver.CASecretName("killed")}, s); err != nil {
 		t.Fatal(err)
 	}
-	if firstCA != nil && string(s.Data[corev1.TLSCertKey]) != string(firstCA) {
+	if firstCA != nil && !bytes.Equal(s.Data[corev1.TLSCertKey], firstCA) {
 		t.Fatal("the CA changed across operator restarts")
 	}
 	// Everything labelled for the tenant is owned by it, once.

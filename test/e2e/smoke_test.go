@@ -72,6 +72,7 @@ func TestBundledAPIServer_ServesVersionThroughNodePort(t *testing.T) {
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		d, err := cs.AppsV1().Deployments(smokeNamespace).Get(ctx, smokeName, metav1.GetOptions{})
 		if err != nil {
+			t.Logf("Reading Deployment %s/%s failed, retrying: %v", smokeNamespace, smokeName, err)
 			return false, nil
 		}
 		return d.Status.ObservedGeneration >= d.Generation && d.Status.ReadyReplicas == 1, nil
@@ -303,7 +304,7 @@ func get(ctx context.Context, t testing.TB, url string, caPEM []byte) []byte {
 	var body []byte
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 		if err != nil {
 			return false, err
 		}
@@ -312,10 +313,14 @@ func get(ctx context.Context, t testing.TB, url string, caPEM []byte) []byte {
 			last = err
 			return false, nil
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			last = fmt.Errorf("status %s, body %q, read error %v", resp.Status, b, err)
+		if err != nil {
+			last = fmt.Errorf("reading the body of a %s answer: %w", resp.Status, err)
+			return false, nil
+		}
+		if resp.StatusCode != http.StatusOK {
+			last = fmt.Errorf("status %s, body %q", resp.Status, b)
 			return false, nil
 		}
 		body = b

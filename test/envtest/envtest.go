@@ -116,8 +116,11 @@ func Start(opts ...Option) (*Environment, error) {
 		_ = env.Stop()
 		return nil, fmt.Errorf("writing the test kubeconfig: %w", err)
 	}
-	defer kubeconfig.Close()
-	if _, err := kubeconfig.Write(env.KubeConfig); err != nil {
+	_, err = kubeconfig.Write(env.KubeConfig)
+	if closeErr := kubeconfig.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
 		_ = env.Stop()
 		return nil, fmt.Errorf("writing the test kubeconfig: %w", err)
 	}

@@ -80,7 +80,7 @@ func TestBundledBinaries_ReportTheUpstreamVersions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connecting to the bundled etcd at %s: %v", env.ControlPlane.Etcd.URL, err)
 	}
-	defer etcd.Close()
+	defer func() { _ = etcd.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	status, err := etcd.Status(ctx, env.ControlPlane.Etcd.URL.String())

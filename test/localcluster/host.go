@@ -182,11 +182,8 @@ func missingHostPaths() []string {
 // state directory. /run/netns may hold other namespaces by now: it is only
 // removed when empty.
 func removeHostDir(p string) error {
-	if p == "/run/netns" {
-		entries, err := os.ReadDir(p)
-		if err != nil || len(entries) > 0 {
-			return nil
-		}
+	if p == "/run/netns" && !isEmptyDir(p) {
+		return nil
 	}
 	if err := unmountUnder(p); err != nil {
 		return err
@@ -197,6 +194,13 @@ func removeHostDir(p string) error {
 	return nil
 }
 
+// isEmptyDir reports whether p is a directory that can be read and holds
+// nothing.
+func isEmptyDir(p string) bool {
+	entries, err := os.ReadDir(p)
+	return err == nil && len(entries) == 0
+}
+
 // unmountUnder unmounts every mount point under the given directories,
 // deepest first: kubelet's volumes and its root directory, containerd's
 // overlay root filesystems, sandbox shm and network namespace mounts.
@@ -205,7 +209,7 @@ func unmountUnder(dirs ...string) error {
 	if err != nil {
 		return fmt.Errorf("reading the mount table: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var points []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)

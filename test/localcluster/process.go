@@ -58,8 +58,12 @@ func (l layout) start(c component) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("opening the log of %s: %w", c.name, err)
 	}
-	defer logf.Close()
-	fmt.Fprintf(logf, "\n=== %s starting: %s\n", time.Now().UTC().Format(time.RFC3339), c.commandLine())
+	// The component writes its log through its own descriptors; closing
+	// ours loses nothing.
+	defer func() { _ = logf.Close() }()
+	if _, err := fmt.Fprintf(logf, "\n=== %s starting: %s\n", time.Now().UTC().Format(time.RFC3339), c.commandLine()); err != nil {
+		return 0, fmt.Errorf("writing the log of %s: %w", c.name, err)
+	}
 
 	args := append([]string{"--net=" + l.netnsPath(), "--", c.binary}, c.args...)
 	cmd := exec.Command("nsenter", args...)

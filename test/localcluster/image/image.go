@@ -69,7 +69,7 @@ func WriteTarball(spec Spec, output string) error {
 	}
 	tmp := output + ".tmp"
 	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // best effort: the error that matters is the write's
 		return fmt.Errorf("writing image %s to %s: %w", spec.Tag, tmp, err)
 	}
 	if err := os.Rename(tmp, output); err != nil {
@@ -159,7 +159,7 @@ func addFile(tw *tar.Writer, f File) error {
 	if err != nil {
 		return fmt.Errorf("opening %s for the image: %w", f.Source, err)
 	}
-	defer src.Close()
+	defer func() { _ = src.Close() }()
 	info, err := src.Stat()
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", f.Source, err)
