@@ -145,7 +145,8 @@ func (r *ApiServerConfigReconciler) remember(previous string, cfg *v1alpha1.ApiS
 		if w := v.(writtenConfig); w.obj.ResourceVersion == previous {
 			// A chain of writes (finalizer, then status): the cache may
 			// still hold any version of it. A few are plenty.
-			superseded = append(w.superseded[max(0, len(w.superseded)-3):], previous)
+			// A copy: the recorded chain is shared with readers.
+			superseded = append(slices.Clone(w.superseded[max(0, len(w.superseded)-3):]), previous)
 		}
 	}
 	obj := cfg.DeepCopy()
