@@ -185,11 +185,7 @@ func TestApiServerConfigReconciler_UnreachableEtcdStallsAfterTheGracePeriod(t *t
 	waitForDeployment(t, cfg)
 
 	// A spec that points at a working etcd clears it.
-	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-	got.Spec.Etcd.Servers = []string{env.ControlPlane.Etcd.URL.String()}
-	if err := env.Client.Update(context.Background(), got); err != nil {
-		t.Fatal(err)
-	}
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Servers = []string{env.ControlPlane.Etcd.URL.String()} })
 	sw.waitFor(t, 20*time.Second, kstatus.InProgressStatus)
 }
 
@@ -202,18 +198,8 @@ func TestApiServerConfigReconciler_UnschedulablePodStallsAndClears(t *testing.T)
 
 	// Scale to 2: the second pod cannot be scheduled (envtest has no
 	// scheduler; the test writes what kube-scheduler would).
-	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-	got.Spec.MasterCount = ptr.To[int32](2)
-	if err := env.Client.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pending-apiserver-x", Labels: apiserver.SelectorLabels(cfg.Name)},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-apiserver", Image: "k"}}},
-	}
-	if err := env.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.MasterCount = ptr.To[int32](2) })
+	pod := createAPIServerPod(t, cfg, "pending-apiserver-x")
 	const why = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 		Message: why, LastTransitionTime: metav1.Now()}}
@@ -224,7 +210,7 @@ func TestApiServerConfigReconciler_UnschedulablePodStallsAndClears(t *testing.T)
 	if !strings.Contains(msg, "Pod pending-apiserver-x cannot be scheduled: "+why) {
 		t.Fatalf("Stalled says %q, want the pod and the scheduler's message", msg)
 	}
-	got = get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
 	if c := conditionOf(got, v1alpha1.ConditionAvailable); c == nil || c.Status != metav1.ConditionTrue || c.Message != "1 of 2 apiservers ready" {
 		t.Fatalf("Available is %v, want True with 1 of 2 ready", c)
 	}
@@ -244,19 +230,9 @@ func TestApiServerConfigReconciler_HibernatedOnlyOnceNoPodIsLeft(t *testing.T) {
 	cfg := tenant(ns, "sleepy", nil)
 	createReady(t, cfg)
 	// The apiserver pod, as the Deployment controller would have made it.
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sleepy-apiserver-x", Labels: apiserver.SelectorLabels(cfg.Name)},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-apiserver", Image: "k"}}},
-	}
-	if err := env.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	pod := createAPIServerPod(t, cfg, "sleepy-apiserver-x")
 	sw := watchStatus(t, ns, cfg.Name)
-	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-	got.Spec.MasterCount = ptr.To[int32](0)
-	if err := env.Client.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.MasterCount = ptr.To[int32](0) })
 	d := waitForDeployment(t, cfg)
 	actAsDeploymentController(t, d)
 	// The pass after the Deployment's scale-down has run: it saw the pod.
@@ -277,14 +253,13 @@ func TestApiServerConfigReconciler_HibernatedOnlyOnceNoPodIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	sw.waitFor(t, 20*time.Second, kstatus.CurrentStatus)
-	got = get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
 	if r := conditionOf(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionTrue || r.Reason != v1alpha1.ReasonHibernated {
 		t.Fatalf("Ready is %v, want True/Hibernated", r)
 	}
 }
 
 func TestApiServerConfigReconciler_ANewGenerationIsReconcilingBeforeSlowSteps(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t, nil)
 	cfg := tenant(ns, "gen", nil)
 	createReady(t, cfg)
@@ -292,11 +267,9 @@ func TestApiServerConfigReconciler_ANewGenerationIsReconcilingBeforeSlowSteps(t 
 	// The new generation's pass waits on an etcd that does not answer
 	// (about 2 s): Ready must not go on claiming the previous generation
 	// meanwhile (kubectl wait --for=condition=Ready reads only Ready).
-	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-	got.Spec.Etcd.Overrides = []v1alpha1.EtcdOverride{{Resource: "events", Servers: []string{"http://127.0.0.1:1"}}}
-	if err := env.Client.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) {
+		s.Etcd.Overrides = []v1alpha1.EtcdOverride{{Resource: "events", Servers: []string{"http://127.0.0.1:1"}}}
+	})
 	eventually(t, 20*time.Second, "Ready says etcd is unreachable", func() error {
 		all := sw.all()
 		if len(all) == 0 || all[len(all)-1].ready == nil || all[len(all)-1].ready.Reason != v1alpha1.ReasonEtcdUnreachable {
@@ -304,6 +277,7 @@ func TestApiServerConfigReconciler_ANewGenerationIsReconcilingBeforeSlowSteps(t 
 		}
 		return nil
 	})
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
 	marked := false
 	for _, o := range sw.all() {
 		r := o.ready
@@ -323,4 +297,28 @@ func TestApiServerConfigReconciler_ANewGenerationIsReconcilingBeforeSlowSteps(t 
 	if !marked {
 		t.Fatalf("Ready went from the previous generation's to EtcdUnreachable without saying the new generation was being reconciled: %+v", sw.all())
 	}
+}
+
+// updateTenant changes cfg's spec.
+func updateTenant(t *testing.T, cfg *v1alpha1.ApiServerConfig, change func(*v1alpha1.ApiServerConfigSpec)) {
+	t.Helper()
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	change(&got.Spec)
+	if err := env.Client.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createAPIServerPod creates a pod of cfg's apiservers, as the Deployment
+// controller would (envtest runs none).
+func createAPIServerPod(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: name, Labels: apiserver.SelectorLabels(cfg.Name)},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-apiserver", Image: "k"}}},
+	}
+	if err := env.Client.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }
