@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -199,6 +200,17 @@ func TestApiServerConfigReconciler_UnschedulablePodStallsAndClears(t *testing.T)
 	// Scale to 2: the second pod cannot be scheduled (envtest has no
 	// scheduler; the test writes what kube-scheduler would).
 	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.MasterCount = ptr.To[int32](2) })
+	// The Deployment controller's view: the new generation observed, one
+	// of two pods ready.
+	d := waitForDeployment(t, cfg)
+	eventually(t, 10*time.Second, "the Deployment status says 1 of 2", func() error {
+		current := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta})
+		if *current.Spec.Replicas != 2 {
+			return fmt.Errorf("%d replicas", *current.Spec.Replicas)
+		}
+		current.Status = appsv1.DeploymentStatus{ObservedGeneration: current.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 1, AvailableReplicas: 1}
+		return env.Client.Status().Update(ctx, current)
+	})
 	pod := createAPIServerPod(t, cfg, "pending-apiserver-x")
 	const why = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,

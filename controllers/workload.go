@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
+
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=list
 
 // observeWorkload reads what runs now, from the cache: the Deployment and
 // its pods. Status tells it even when a later step stops the pass.
@@ -66,10 +70,45 @@ func (r *ApiServerConfigReconciler) reconcileDeployment(ctx context.Context, p *
 	}
 	p.current = deploy
 	p.obs.deployment = deploy
-	if p.obs.failure == nil && p.obs.masterCount > 0 && !rolloutDone(deploy) {
-		p.obs.failure = cmp.Or(podFailure(p.pods), rolloutFailure(deploy))
+	if p.obs.failure == nil && p.obs.masterCount > 0 && !rolloutDone(deploy) && deploy.Status.ObservedGeneration >= deploy.Generation {
+		pods, err := r.currentPods(ctx, deploy, p.pods)
+		if err != nil {
+			return err
+		}
+		p.obs.failure = cmp.Or(podFailure(pods), rolloutFailure(deploy))
 	}
 	return nil
+}
+
+// currentPods are the pods of d's newest ReplicaSet, the one its rollout
+// brings up: the failure of a pod of an older one, which the rollout is
+// replacing (the image a user just fixed), says nothing of what comes. The
+// ReplicaSets are read only on this path, a rollout that is not done, from
+// the API server. Without any, every pod counts.
+func (r *ApiServerConfigReconciler) currentPods(ctx context.Context, d *appsv1.Deployment, pods []corev1.Pod) ([]corev1.Pod, error) {
+	sets := &appsv1.ReplicaSetList{}
+	if err := r.APIReader.List(ctx, sets, client.InNamespace(d.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+		return nil, fmt.Errorf("listing the ReplicaSets of Deployment %s: %w", d.Name, err)
+	}
+	newest, revision := "", int64(-1)
+	for _, rs := range sets.Items {
+		if !metav1.IsControlledBy(&rs, d) {
+			continue
+		}
+		if n, err := strconv.ParseInt(rs.Annotations["deployment.kubernetes.io/revision"], 10, 64); err == nil && n > revision {
+			newest, revision = rs.Name, n
+		}
+	}
+	if newest == "" {
+		return pods, nil
+	}
+	var out []corev1.Pod
+	for _, pod := range pods {
+		if owner := metav1.GetControllerOf(&pod); owner != nil && owner.Name == newest {
+			out = append(out, pod)
+		}
+	}
+	return out, nil
 }
 
 // reconcileDisruptionBudget keeps a PodDisruptionBudget with more than one

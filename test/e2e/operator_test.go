@@ -54,15 +54,16 @@ func run(t testing.TB, stdin []byte, name string, args ...string) (string, error
 }
 
 // installOperator installs the operator the way a user does,
-// `kustomize build config/default | kubectl apply -f -`, once per run, and
+// `kustomize build config/default | kubectl apply -f -` (through the overlay
+// test/e2e/config, which only shortens --stall-after), once per run, and
 // waits for its Deployment.
 func installOperator(t testing.TB) {
 	t.Helper()
 	installOnce.Do(func() {
 		start := time.Now()
-		manifests, err := run(t, nil, "kustomize", "build", filepath.Join(repo, "config", "default"))
+		manifests, err := run(t, nil, "kustomize", "build", filepath.Join(repo, "test", "e2e", "config"))
 		if err != nil {
-			installErr = fmt.Errorf("kustomize build config/default: %w\n%s", err, manifests)
+			installErr = fmt.Errorf("kustomize build test/e2e/config (config/default): %w\n%s", err, manifests)
 			return
 		}
 		// On a kept cluster the operator already runs, from an image of the

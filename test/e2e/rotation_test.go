@@ -137,10 +137,11 @@ func TestOperator_RotationsFailNoRequest(t *testing.T) {
 	}, 500*time.Millisecond)
 
 	// Serving certificate: a new SAN renews it; kube-apiserver re-reads it.
+	// Ready for the new generation means the pass that renewed it applied
+	// the Deployment and saw it rolled out: no new template, no restart.
 	pods := podUIDs(t, c, cfg)
 	managementKubectl(t, "-n", ns, "patch", "asc/rotated", "--type=merge", "-p", `{"spec":{"serving":{"extraSANs":["rotated.example.com"]}}}`)
 	waitReady(t, c, cfg, 3*time.Minute)
-	time.Sleep(5 * time.Second)
 	if after := podUIDs(t, c, cfg); fmt.Sprint(after) != fmt.Sprint(pods) {
 		t.Errorf("renewing the serving certificate restarted apiservers: %v -> %v", pods, after)
 	}

@@ -47,12 +47,38 @@ func deploymentArg(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig,
 	return ""
 }
 
-// expectQuiet checks that no new rollout happens during window.
-func expectQuiet(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, want int, window time.Duration) {
+// expectSettled checks that the sizing settled after want rollouts. Ready
+// for the current generation means the operator's last pass saw the rollout
+// complete and changed nothing (a change would have made the rollout
+// incomplete again). With Auto sizing it also waits for the operator to
+// count the tenant's nodes again past the minimum interval between
+// resizes, when another resize would have happened.
+func expectSettled(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, want int) {
 	t.Helper()
-	time.Sleep(window)
-	if got := replicaSets(t, c, cfg); got != want {
-		t.Fatalf("%d rollouts where %d were expected: the sizing keeps moving", got, want)
+	waitReady(t, c, cfg, 3*time.Minute)
+	got := &v1alpha1.ApiServerConfig{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(cfg), got); err != nil {
+		t.Fatal(err)
+	}
+	if s := got.Status.CacheSizing; got.Spec.CacheSizing.Policy == v1alpha1.CacheSizingAuto && s != nil && s.LastResizeTime != nil {
+		after := s.LastResizeTime.Add(got.Spec.CacheSizing.MinResizeInterval.Duration + got.Spec.CacheSizing.ObservationInterval.Duration)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(cfg), got); err != nil {
+				t.Fatal(err)
+			}
+			if o := got.Status.CacheSizing.ObservationTime; o != nil && o.After(after) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the operator did not count the tenant's nodes again after %s: %+v", after, got.Status.CacheSizing)
+			}
+			time.Sleep(time.Second)
+		}
+		waitReady(t, c, cfg, 3*time.Minute)
+	}
+	if n := replicaSets(t, c, cfg); n != want {
+		t.Fatalf("%d rollouts where %d were expected: the sizing keeps moving", n, want)
 	}
 }
 
@@ -87,7 +113,7 @@ func TestOperator_CacheSizingRollsOnceAndSettles(t *testing.T) {
 	if got := replicaSets(t, c, cfg); got != rollouts {
 		t.Fatalf("raising the memory limit made %d rollouts, want 1", got-rollouts+1)
 	}
-	expectQuiet(t, c, cfg, rollouts, 15*time.Second)
+	expectSettled(t, c, cfg, rollouts)
 
 	// 600 nodes join the tenant; switched to Auto, the operator counts them
 	// in etcd and resizes once.
@@ -122,5 +148,5 @@ func TestOperator_CacheSizingRollsOnceAndSettles(t *testing.T) {
 	if n := replicaSets(t, c, cfg); n != rollouts {
 		t.Fatalf("600 new nodes made %d rollouts, want 1", n-rollouts+1)
 	}
-	expectQuiet(t, c, cfg, rollouts, 20*time.Second)
+	expectSettled(t, c, cfg, rollouts)
 }
