@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"time"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -90,7 +89,7 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 	return []reconcileStep{
 		{"Validate", r.validateSpec},
 		{"Workload", r.observeWorkload},
-		{"References", r.readReferences},
+		{"References", r.checkReferences},
 		{"Service", r.reconcileService},
 		{"PKI", r.reconcilePKI},
 		{"Etcd", r.reconcileEtcd},
@@ -196,11 +195,11 @@ func (r *ApiServerConfigReconciler) validateSpec(_ context.Context, p *pass) err
 	return nil
 }
 
-// readReferences reads the users' Secrets and ConfigMaps the spec names:
+// checkReferences reads the users' Secrets and ConfigMaps the spec names:
 // without them nothing can start. A missing one is an environment failure
 // that ends the pass; their watch brings the object back when one is
 // created or fixed.
-func (r *ApiServerConfigReconciler) readReferences(ctx context.Context, p *pass) error {
+func (r *ApiServerConfigReconciler) checkReferences(ctx context.Context, p *pass) error {
 	refs, err := readReferences(ctx, r.APIReader, p.cfg)
 	if missing := (*missingReference)(nil); errors.As(err, &missing) {
 		p.obs.failure = &envFailure{reason: v1alpha1.ReasonReferenceMissing, message: missing.Error(),

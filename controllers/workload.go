@@ -70,21 +70,27 @@ func (r *ApiServerConfigReconciler) reconcileDeployment(ctx context.Context, p *
 	}
 	p.current = deploy
 	p.obs.deployment = deploy
-	if p.obs.failure == nil && p.obs.masterCount > 0 && !rolloutDone(deploy) && deploy.Status.ObservedGeneration >= deploy.Generation {
+	if p.obs.failure != nil || p.obs.masterCount == 0 || rolloutDone(deploy) || deploy.Status.ObservedGeneration < deploy.Generation {
+		return nil
+	}
+	failure := podFailure(p.pods)
+	if failure != nil {
+		// Only a failing pod costs the read of the ReplicaSets.
 		pods, err := r.currentPods(ctx, deploy, p.pods)
 		if err != nil {
 			return err
 		}
-		p.obs.failure = cmp.Or(podFailure(pods), rolloutFailure(deploy))
+		failure = podFailure(pods)
 	}
+	p.obs.failure = cmp.Or(failure, rolloutFailure(deploy))
 	return nil
 }
 
 // currentPods are the pods of d's newest ReplicaSet, the one its rollout
 // brings up: the failure of a pod of an older one, which the rollout is
 // replacing (the image a user just fixed), says nothing of what comes. The
-// ReplicaSets are read only on this path, a rollout that is not done, from
-// the API server. Without any, every pod counts.
+// ReplicaSets are read from the API server, only when a pod fails during a
+// rollout. Without any, every pod counts.
 func (r *ApiServerConfigReconciler) currentPods(ctx context.Context, d *appsv1.Deployment, pods []corev1.Pod) ([]corev1.Pod, error) {
 	sets := &appsv1.ReplicaSetList{}
 	if err := r.APIReader.List(ctx, sets, client.InNamespace(d.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
