@@ -4,7 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -65,19 +66,44 @@ type Owned struct {
 // OwnedObjects are every object the operator may create for the
 // ApiServerConfig name, the workload first (the order deletion follows).
 func OwnedObjects(name string) []Owned {
-	return []Owned{
+	out := []Owned{
 		{Kind: "PodDisruptionBudget", Name: DeploymentName(name)},
 		{Kind: "Deployment", Name: DeploymentName(name)},
 		{Kind: "Service", Name: ServiceName(name)},
 		{Kind: KindConfigMap, Name: ConfigMapName(name)},
-		{Kind: KindSecret, Name: ServingSecretName(name)},
-		{Kind: KindSecret, Name: KubeletClientSecretName(name)},
-		{Kind: KindSecret, Name: FrontProxyClientSecretName(name)},
-		{Kind: KindSecret, Name: AdminKubeconfigSecretName(name)},
-		{Kind: KindSecret, Name: EncryptionSecretName(name)},
-		{Kind: KindSecret, Name: CASecretName(name), Retainable: true},
-		{Kind: KindSecret, Name: FrontProxyCASecretName(name), Retainable: true},
-		{Kind: KindSecret, Name: ServiceAccountSecretName(name), Retainable: true},
+	}
+	for _, s := range OwnedSecrets(name) {
+		out = append(out, Owned{Kind: KindSecret, Name: s.Name, Retainable: s.Retainable})
+	}
+	return out
+}
+
+// OwnedSecret is a Secret the operator writes.
+type OwnedSecret struct {
+	Name string
+	// Keys are the keys it always holds (a rotation adds more while it
+	// lasts).
+	Keys []string
+	// Retainable: see Owned.
+	Retainable bool
+}
+
+// OwnedSecrets are the Secrets the operator may write for the
+// ApiServerConfig name, those Retain keeps last: DesiredPKISecrets and
+// DesiredEncryptionSecret write them, the pods mount them
+// (MountedObjects), deletion and render follow this list.
+func OwnedSecrets(name string) []OwnedSecret {
+	tls := []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey}
+	ca := []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, CABundleKey}
+	return []OwnedSecret{
+		{Name: ServingSecretName(name), Keys: tls},
+		{Name: KubeletClientSecretName(name), Keys: tls},
+		{Name: FrontProxyClientSecretName(name), Keys: tls},
+		{Name: AdminKubeconfigSecretName(name), Keys: []string{KubeconfigKey}},
+		{Name: EncryptionSecretName(name), Keys: []string{EncryptionConfigKey}},
+		{Name: CASecretName(name), Keys: ca, Retainable: true},
+		{Name: FrontProxyCASecretName(name), Keys: ca, Retainable: true},
+		{Name: ServiceAccountSecretName(name), Keys: []string{ServiceAccountPrivateKeyKey, ServiceAccountPublicKeysKey}, Retainable: true},
 	}
 }
 
@@ -220,16 +246,6 @@ func DesiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
 	return cm, nil
 }
 
-// HotReloadedFiles are the files kube-apiserver re-reads from disk about
-// every minute without a restart: the serving certificate and key, the client
-// CA and the request-header (front-proxy) CA.
-var HotReloadedFiles = map[string]bool{
-	ServingCertFile:  true,
-	ServingKeyFile:   true,
-	CAFile:           true,
-	FrontProxyCAFile: true,
-}
-
 // DesiredEncryptionSecret holds the EncryptionConfiguration built from
 // keys (newest first), when spec.encryption.provider asks the operator to
 // manage encryption; nil otherwise (no encryption, or the user's own
@@ -252,38 +268,36 @@ func DesiredEncryptionSecret(c *Completed, keys []EncryptionKey) (*corev1.Secret
 }
 
 // ConfigHash summarizes what kube-apiserver reads only when it starts: its
-// command line and the content of the mounted files, keyed by their path in
-// the container, except HotReloadedFiles. A change of it rolls the pods; a
-// renewed serving certificate or a CA bundle that gains a CA restarts
-// nothing.
-func ConfigHash(args []string, files map[string][]byte) string {
+// command line and the content of the files it does not re-read (see
+// MountedFile.HotReloaded), keyed by their path in the container. A change
+// of it rolls the pods; a renewed serving certificate or a CA bundle that
+// gains a CA restarts nothing.
+func ConfigHash(c *Completed, args []string, files map[string][]byte) string {
 	h := sha256.New()
 	// Writes to a hash.Hash never fail.
 	for _, a := range args {
 		_, _ = fmt.Fprintf(h, "arg %d %s\n", len(a), a)
 	}
-	restartFiles := map[string][]byte{}
-	for path, data := range files {
-		if !HotReloadedFiles[path] {
-			restartFiles[path] = data
-		}
+	hashed := restartFiles(c)
+	// The etcd client files count, empty, even without etcd TLS: hashes
+	// stay those of earlier releases, so that upgrading the operator
+	// rolls no tenant.
+	for _, f := range []string{EtcdCAFile, EtcdCertFile, EtcdKeyFile} {
+		hashed[f] = true
 	}
-	names := make([]string, 0, len(restartFiles))
-	for name := range restartFiles {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(hashed))
 	for _, name := range names {
-		_, _ = fmt.Fprintf(h, "file %s %d\n", name, len(restartFiles[name]))
-		h.Write(restartFiles[name])
+		_, _ = fmt.Fprintf(h, "file %s %d\n", name, len(files[name]))
+		h.Write(files[name])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
 // DeploymentInputs are what the Deployment depends on besides the spec.
 type DeploymentInputs struct {
-	// ConfigHash is ConfigHash of the command line and restart-only files.
-	ConfigHash string
+	// Objects has the data of every object the pods mount (MountedObjects):
+	// the pod template's ConfigHash is computed from it.
+	Objects ObjectData
 	// ImageRepository overrides DefaultImageRepository (operator setting).
 	ImageRepository string
 }
@@ -293,9 +307,10 @@ type DeploymentInputs struct {
 // so scaling and rotations never leave the Service without a ready
 // apiserver.
 func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv1.Deployment, error) {
-	if in.ConfigHash == "" {
-		return nil, fmt.Errorf("building the Deployment of %s/%s: no config hash given", c.Namespace, c.Name)
+	if in.Objects == nil {
+		return nil, fmt.Errorf("building the Deployment of %s/%s: the content of its files is not given", c.Namespace, c.Name)
 	}
+	configHash := ConfigHash(c, args, PodFiles(c, in.Objects))
 	port := c.Spec.Serving.SecurePort
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -376,7 +391,7 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      podLabels,
-					Annotations: map[string]string{ConfigHashAnnotation: in.ConfigHash},
+					Annotations: map[string]string{ConfigHashAnnotation: configHash},
 				},
 				Spec: corev1.PodSpec{
 					Containers: []corev1.Container{container},
@@ -406,85 +421,4 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		},
 	}
 	return d, nil
-}
-
-// podVolumes mounts the PKI, the etcd credentials, the rendered
-// configuration and the optional files, at the paths of paths.go.
-func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
-	// Files from Secrets, keys and certificates alike, are 0400; kubelet
-	// adds read access for the pod's fsGroup, the group kube-apiserver runs
-	// as, and nobody else.
-	item := func(key, path string) corev1.KeyToPath {
-		return corev1.KeyToPath{Key: key, Path: path, Mode: ptr.To[int32](0o400)}
-	}
-	secret := func(name string, items ...corev1.KeyToPath) corev1.VolumeProjection {
-		return corev1.VolumeProjection{Secret: &corev1.SecretProjection{
-			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Items: items,
-		}}
-	}
-	pki := []corev1.VolumeProjection{
-		secret(CASecretName(c.Name), item(CABundleKey, "ca.crt")),
-		secret(ServingSecretName(c.Name), item(corev1.TLSCertKey, "apiserver.crt"), item(corev1.TLSPrivateKeyKey, "apiserver.key")),
-		secret(KubeletClientSecretName(c.Name), item(corev1.TLSCertKey, "apiserver-kubelet-client.crt"), item(corev1.TLSPrivateKeyKey, "apiserver-kubelet-client.key")),
-		secret(FrontProxyCASecretName(c.Name), item(CABundleKey, "front-proxy-ca.crt")),
-		secret(FrontProxyClientSecretName(c.Name), item(corev1.TLSCertKey, "front-proxy-client.crt"), item(corev1.TLSPrivateKeyKey, "front-proxy-client.key")),
-		secret(ServiceAccountSecretName(c.Name), item(ServiceAccountPrivateKeyKey, "sa.key"), item(ServiceAccountPublicKeysKey, "sa.pub")),
-	}
-	if tls := c.Spec.Etcd.TLS; tls != nil {
-		pki = append(pki, secret(tls.SecretName,
-			item(tls.CAKey, "etcd/"+etcdCAFileName),
-			item(tls.CertKey, "etcd/"+etcdCertFileName),
-			item(tls.KeyKey, "etcd/"+etcdKeyFileName)))
-	}
-	volumes := []corev1.Volume{{
-		Name:         "pki",
-		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: pki}},
-	}}
-	mounts := []corev1.VolumeMount{{Name: "pki", MountPath: PKIDir, ReadOnly: true}}
-
-	config := []corev1.VolumeProjection{{ConfigMap: &corev1.ConfigMapProjection{
-		LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(c.Name)},
-	}}}
-	if name := c.Spec.Audit.PolicyConfigMapName; name != "" {
-		config = append(config, corev1.VolumeProjection{ConfigMap: &corev1.ConfigMapProjection{
-			LocalObjectReference: corev1.LocalObjectReference{Name: name},
-			Items:                []corev1.KeyToPath{{Key: "policy.yaml", Path: AuditPolicyKey}},
-		}})
-	}
-	volumes = append(volumes, corev1.Volume{
-		Name:         "config",
-		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: config}},
-	})
-	mounts = append(mounts, corev1.VolumeMount{Name: "config", MountPath: ConfigDir, ReadOnly: true})
-
-	// The audit log is rotated by size in the pod; an emptyDir keeps it
-	// across container restarts.
-	volumes = append(volumes, corev1.Volume{Name: "audit-log", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-	mounts = append(mounts, corev1.VolumeMount{Name: "audit-log", MountPath: AuditLogDir})
-
-	if c.Spec.Encryption != nil {
-		name := EncryptionSecretName(c.Name)
-		if c.Spec.Encryption.ConfigSecretName != "" {
-			name = c.Spec.Encryption.ConfigSecretName
-		}
-		volumes = append(volumes, corev1.Volume{Name: "encryption", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: name, Items: []corev1.KeyToPath{item(EncryptionConfigKey, EncryptionConfigKey)},
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "encryption", MountPath: "/etc/kubernetes/encryption", ReadOnly: true})
-	}
-	if w := c.Spec.Authorization.Webhook; w != nil {
-		volumes = append(volumes, corev1.Volume{Name: "authz-webhook", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: w.KubeconfigSecretName, Items: []corev1.KeyToPath{item("kubeconfig", "kubeconfig")},
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "authz-webhook", MountPath: "/etc/kubernetes/authz-webhook", ReadOnly: true})
-	}
-	if o := c.Spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" && !usesAuthenticationConfig(c) {
-		// With an AuthenticationConfiguration the CA is inlined there.
-		volumes = append(volumes, corev1.Volume{Name: "oidc-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: o.CAConfigMapName},
-			Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "oidc-ca", MountPath: "/etc/kubernetes/oidc", ReadOnly: true})
-	}
-	return volumes, mounts
 }

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 	"k8s.io/utils/ptr"
@@ -40,7 +41,7 @@ func desiredObjectsOf(t *testing.T, cfg *v1alpha1.ApiServerConfig) (*Completed, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := DesiredDeployment(c, a, DeploymentInputs{ConfigHash: ConfigHash(a, nil)})
+	d, err := DesiredDeployment(c, a, DeploymentInputs{Objects: func(string, string) map[string][]byte { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,8 +104,8 @@ func TestConfigHash_RollsOnlyForWhatKubeAPIServerReadsAtStart(t *testing.T) {
 		}
 		return f
 	}
-	base := ConfigHash(a, files(nil))
-	if ConfigHash(a, files(nil)) != base {
+	base := ConfigHash(c, a, files(nil))
+	if ConfigHash(c, a, files(nil)) != base {
 		t.Fatal("the same inputs gave two hashes")
 	}
 	for path, rolls := range map[string]bool{
@@ -112,15 +113,92 @@ func TestConfigHash_RollsOnlyForWhatKubeAPIServerReadsAtStart(t *testing.T) {
 		ServiceAccountKeyFile: true, ServiceAccountSigningKeyFile: true, KubeletClientCertFile: true,
 		EtcdCertFile: true, FrontProxyClientCertFile: true, AuthenticationConfigFile: true,
 	} {
-		if changed := ConfigHash(a, files(map[string]string{path: "renewed"})) != base; changed != rolls {
+		if changed := ConfigHash(c, a, files(map[string]string{path: "renewed"})) != base; changed != rolls {
 			t.Errorf("a new %s: pods roll %v, want %v", path, changed, rolls)
 		}
 	}
-	if ConfigHash(append(a, "--goaway-chance=0.01"), files(nil)) == base {
+	if ConfigHash(c, append(a, "--goaway-chance=0.01"), files(nil)) == base {
 		t.Error("a new flag must roll the pods")
 	}
-	if ConfigHash(a, files(map[string]string{EtcdCertFile: "etcd-", EtcdKeyFile: "1"})) == ConfigHash(a, files(map[string]string{EtcdKeyFile: ""})) {
+	if ConfigHash(c, a, files(map[string]string{EtcdCertFile: "etcd-", EtcdKeyFile: "1"})) == ConfigHash(c, a, files(map[string]string{EtcdKeyFile: ""})) {
 		t.Error("file boundaries must count in the hash")
+	}
+}
+
+// TestConfigHash_UnchangedAcrossReleases pins the hash of fixed content: a
+// change of the hash for the same files rolls every tenant when the
+// operator is upgraded. The values are those the previous release computed
+// for the same inputs.
+func TestConfigHash_UnchangedAcrossReleases(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		spec func(*v1alpha1.ApiServerConfig)
+		want string
+	}{
+		{"minimal", nil, "4e9c912dc212d67687a07b0c98e202ee"},
+		{"ha", func(cfg *v1alpha1.ApiServerConfig) {
+			cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
+		}, "ac8899065933d9342df8851b48e570fb"},
+		{"minimal", func(cfg *v1alpha1.ApiServerConfig) { cfg.Spec.Etcd.TLS = nil }, "2edb488ab6c827fd6c4b28a5442b9602"},
+	} {
+		cfg := sample(t, tt.name)
+		if tt.spec != nil {
+			tt.spec(cfg)
+		}
+		c := complete(t, cfg, Inputs{})
+		a, err := Args(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := func(kind, name string) map[string][]byte {
+			out := map[string][]byte{}
+			for _, o := range MountedObjects(c) {
+				if o.Kind == kind && o.Name == name {
+					for _, f := range o.Files {
+						out[f.Key] = []byte("content of " + name + "/" + f.Key)
+					}
+				}
+			}
+			return out
+		}
+		if got := ConfigHash(c, a, PodFiles(c, data)); got != tt.want {
+			t.Errorf("%s (etcd TLS %v): hash %s, want %s: upgrading the operator would roll every such tenant", tt.name, c.Spec.Etcd.TLS != nil, got, tt.want)
+		}
+	}
+}
+
+// TestConfigHash_RollsForTheUsersFiles: the files the pods read from the
+// user's objects are read at start too, so a change of them rolls the pods.
+func TestConfigHash_RollsForTheUsersFiles(t *testing.T) {
+	cfg := sample(t, "minimal")
+	cfg.Spec.Audit.PolicyConfigMapName = "audit-policy"
+	cfg.Spec.Authorization.Webhook = &v1alpha1.AuthorizationWebhookSpec{KubeconfigSecretName: "authz"}
+	cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{ConfigSecretName: "my-encryption"}
+	c := complete(t, cfg, Inputs{})
+	a, err := Args(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := map[string]*corev1.Secret{
+		"authz":         {ObjectMeta: metav1.ObjectMeta{Name: "authz"}, Data: map[string][]byte{"kubeconfig": []byte("v1")}},
+		"my-encryption": {ObjectMeta: metav1.ObjectMeta{Name: "my-encryption"}, Data: map[string][]byte{EncryptionConfigKey: []byte("v1")}},
+	}
+	policy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "audit-policy"}, Data: map[string]string{"policy.yaml": "v1"}}
+	hash := func() string {
+		return ConfigHash(c, a, PodFiles(c, ObjectsData([]*corev1.Secret{users["authz"], users["my-encryption"]}, policy)))
+	}
+	base := hash()
+	for name, change := range map[string]func(){
+		"the authorization webhook kubeconfig": func() { users["authz"].Data["kubeconfig"] = []byte("v2") },
+		"the encryption configuration":         func() { users["my-encryption"].Data[EncryptionConfigKey] = []byte("v2") },
+		"the audit policy":                     func() { policy.Data["policy.yaml"] = "v2" },
+	} {
+		change()
+		if next := hash(); next == base {
+			t.Errorf("a change of %s rolls no pod: kube-apiserver reads it only at start", name)
+		} else {
+			base = next
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 // PKISecrets is the certificate material of one ApiServerConfig, as the
@@ -36,9 +37,51 @@ type PKISecrets struct {
 	// service-account key that will sign next (PEM private key).
 	NextCA                       *pki.KeyPair
 	ServiceAccountNextSigningKey []byte
-	// Annotations to set on Secrets, by Secret name (the state of a
-	// rotation).
-	Annotations map[string]map[string]string
+	// CARotation and ServiceAccountKeyRotation are where the rotations
+	// stand, kept with what they rotate (RotationAnnotations); the zero
+	// state writes nothing (a user's CA is not the operator's to rotate).
+	CARotation                rotation.State
+	ServiceAccountKeyRotation rotation.State
+}
+
+// Annotations of the CA and service-account Secrets that carry where their
+// rotation stands across passes and operator restarts: the state as JSON,
+// and the last request for a rotation (the value of the ApiServerConfig's
+// rotate annotation) that a rotation answered.
+const (
+	RotationStateAnnotation   = "controlplane.apiserver-operator.dev/rotation"
+	RotationRequestAnnotation = "controlplane.apiserver-operator.dev/rotation-trigger"
+)
+
+// RotationAnnotations are the annotations that keep s on its Secret; none
+// for the zero state.
+func RotationAnnotations(s rotation.State) (map[string]string, error) {
+	if s.Phase == "" {
+		return nil, nil
+	}
+	encoded, err := s.Encode()
+	if err != nil {
+		return nil, err
+	}
+	a := map[string]string{RotationStateAnnotation: encoded}
+	if s.Request != "" {
+		a[RotationRequestAnnotation] = s.Request
+	}
+	return a, nil
+}
+
+// RotationStateOf reads back what RotationAnnotations wrote on secret; the
+// zero state for a nil Secret or one without them.
+func RotationStateOf(k rotation.Kind, secret *corev1.Secret) (rotation.State, error) {
+	if secret == nil {
+		return rotation.State{}, nil
+	}
+	s, err := k.Parse(secret.Annotations[RotationStateAnnotation])
+	if err != nil {
+		return rotation.State{}, fmt.Errorf("reading Secret %s/%s (fix or remove its %s annotation): %w", secret.Namespace, secret.Name, RotationStateAnnotation, err)
+	}
+	s.Request = secret.Annotations[RotationRequestAnnotation]
+	return s, nil
 }
 
 // Keys of the CA and service-account Secrets during a rotation.
@@ -48,7 +91,7 @@ const (
 	ServiceAccountNextKeyKey = "sa-next.key"
 )
 
-// DesiredPKISecrets are the Secrets the Deployment mounts (see podVolumes)
+// DesiredPKISecrets are the Secrets the Deployment mounts (MountedObjects)
 // and the admin kubeconfig Secret. Every one holds key material: the
 // controller applies them and never logs their data.
 func DesiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
@@ -108,12 +151,15 @@ func DesiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
 		return nil, fmt.Errorf("building Secret %s/%s: no admin kubeconfig given", c.Namespace, AdminKubeconfigSecretName(c.Name))
 	}
 	out = append(out, secret(c, AdminKubeconfigSecretName(c.Name), corev1.SecretTypeOpaque, map[string][]byte{KubeconfigKey: p.AdminKubeconfig}))
-	for _, s := range out {
-		for k, v := range p.Annotations[s.Name] {
-			if s.Annotations == nil {
-				s.Annotations = map[string]string{}
+	for name, state := range map[string]rotation.State{CASecretName(c.Name): p.CARotation, ServiceAccountSecretName(c.Name): p.ServiceAccountKeyRotation} {
+		a, err := RotationAnnotations(state)
+		if err != nil {
+			return nil, fmt.Errorf("building Secret %s/%s: %w", c.Namespace, name, err)
+		}
+		for _, s := range out {
+			if s.Name == name && a != nil {
+				s.Annotations = a
 			}
-			s.Annotations[k] = v
 		}
 	}
 	return out, nil

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -18,45 +17,6 @@ import (
 // DefaultPodIP stands for the address a tenant's pod advertises when the
 // operator does not know the pod network's family: IPv4, the common case.
 const DefaultPodIP = "10.0.0.10"
-
-// PodFiles are the contents of the files the pods mount, keyed by their
-// path in the container, from the Secrets and ConfigMap the operator
-// renders, its encryption Secret (nil without encryption) and the etcd
-// client credentials ("ca", "cert", "key"; nil without etcd TLS).
-func PodFiles(c *Completed, secrets []*corev1.Secret, cm *corev1.ConfigMap, encryption *corev1.Secret, etcd map[string][]byte) map[string][]byte {
-	byName := map[string]*corev1.Secret{}
-	for _, s := range secrets {
-		byName[s.Name] = s
-	}
-	get := func(secret, key string) []byte {
-		if s := byName[secret]; s != nil {
-			return s.Data[key]
-		}
-		return nil
-	}
-	n := c.Name
-	files := map[string][]byte{
-		CAFile:                       get(CASecretName(n), CABundleKey),
-		ServingCertFile:              get(ServingSecretName(n), corev1.TLSCertKey),
-		ServingKeyFile:               get(ServingSecretName(n), corev1.TLSPrivateKeyKey),
-		KubeletClientCertFile:        get(KubeletClientSecretName(n), corev1.TLSCertKey),
-		KubeletClientKeyFile:         get(KubeletClientSecretName(n), corev1.TLSPrivateKeyKey),
-		FrontProxyCAFile:             get(FrontProxyCASecretName(n), CABundleKey),
-		FrontProxyClientCertFile:     get(FrontProxyClientSecretName(n), corev1.TLSCertKey),
-		FrontProxyClientKeyFile:      get(FrontProxyClientSecretName(n), corev1.TLSPrivateKeyKey),
-		ServiceAccountSigningKeyFile: get(ServiceAccountSecretName(n), ServiceAccountPrivateKeyKey),
-		ServiceAccountKeyFile:        get(ServiceAccountSecretName(n), ServiceAccountPublicKeysKey),
-		AuthenticationConfigFile:     []byte(cm.Data[AuthenticationConfigKey]),
-		AuditPolicyFile:              []byte(cm.Data[AuditPolicyKey]),
-		EtcdCAFile:                   etcd["ca"],
-		EtcdCertFile:                 etcd["cert"],
-		EtcdKeyFile:                  etcd["key"],
-	}
-	if encryption != nil {
-		files[EncryptionConfigFile] = encryption.Data[EncryptionConfigKey]
-	}
-	return files
-}
 
 // throwaway is key material that stands for a tenant's own in a
 // validation request: what kube-apiserver accepts does not depend on which
@@ -146,6 +106,31 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 	}, nil
 }
 
+// standIn is well-formed content for a file the pods read from one of the
+// user's objects.
+func (t *throwaway) standIn(c *Completed, path string) ([]byte, error) {
+	switch path {
+	case EtcdCAFile:
+		return t.etcd["ca"], nil
+	case OIDCCAFile:
+		return t.oidcCA, nil
+	case EtcdCertFile:
+		return t.etcd["cert"], nil
+	case EtcdKeyFile:
+		return t.etcd["key"], nil
+	case AuthorizationWebhookKubeconfigFile:
+		return t.authzHook, nil
+	case AuditPolicyFile:
+		return DefaultAuditPolicy()
+	case EncryptionConfigFile:
+		stand := *c.Spec.Encryption
+		stand.Provider = "secretbox"
+		return EncryptionConfig(&stand, t.encryption)
+	default:
+		return nil, fmt.Errorf("building the validation request: no stand-in for %s, which the pods read from a user's object", path)
+	}
+}
+
 // ValidationRequest is what c's pods would run, their command line and
 // every file they mount, for the validator of c's version. Key material is
 // throwaway. Files that come from the user's own objects (the etcd client
@@ -174,40 +159,30 @@ func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
 	if err != nil {
 		return upstream.Request{}, err
 	}
-	if cm.Data[AuditPolicyKey] == "" {
-		policy, err := DefaultAuditPolicy()
+	owned := secrets
+	if e := c.Spec.Encryption; e != nil && e.Provider != "" {
+		enc, err := DesiredEncryptionSecret(c, t.encryption)
 		if err != nil {
 			return upstream.Request{}, err
 		}
-		cm.Data[AuditPolicyKey] = string(policy)
+		owned = append(owned, enc)
 	}
-	var encryption *corev1.Secret
-	if e := c.Spec.Encryption; e != nil {
-		stand := *e
-		if stand.Provider == "" {
-			stand = v1alpha1.EncryptionSpec{Provider: "secretbox"}
+	files := PodFiles(c, ObjectsData(owned, cm))
+	// The user's own objects are stood in for.
+	for _, o := range MountedObjects(c) {
+		if o.Owned {
+			continue
 		}
-		data, err := EncryptionConfig(&stand, t.encryption)
-		if err != nil {
-			return upstream.Request{}, err
+		for _, f := range o.Files {
+			if files[f.Path], err = t.standIn(c, f.Path); err != nil {
+				return upstream.Request{}, err
+			}
 		}
-		encryption = &corev1.Secret{Data: map[string][]byte{EncryptionConfigKey: data}}
 	}
-	var etcd map[string][]byte
-	if c.Spec.Etcd.TLS != nil {
-		etcd = t.etcd
-	}
-	files := PodFiles(c, secrets, cm, encryption, etcd)
 	for path, data := range files {
 		if len(data) == 0 {
 			delete(files, path)
 		}
-	}
-	if c.Spec.Authorization.Webhook != nil {
-		files[AuthorizationWebhookKubeconfigFile] = t.authzHook
-	}
-	if oidcCA != nil && !usesAuthenticationConfig(c) {
-		files[OIDCCAFile] = oidcCA
 	}
 	if podIP == "" {
 		podIP = DefaultPodIP

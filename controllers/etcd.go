@@ -88,26 +88,19 @@ func (e EtcdV3) Count(ctx context.Context, endpoints []string, tlsConfig *tls.Co
 	return counts, nil
 }
 
-// etcdAccess is how the operator and the pods reach etcd: the client TLS
-// configuration and the files the pods mount (nil without TLS).
-type etcdAccess struct {
-	tls   *tls.Config
-	files map[string][]byte
-}
-
 // reconcileEtcd checks that every etcd server answers. An unreachable one
 // is an environment failure: the pass goes on (nothing it applies needs
 // etcd) and looks again soon.
 func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) error {
 	var err error
-	if p.etcd.tls, p.etcd.files, err = etcdTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
+	if p.etcdTLS, err = etcdTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
 		return err
 	}
 	if r.Etcd == nil {
 		return nil
 	}
 	p.obs.etcdChecked = true
-	if p.obs.etcdErr = r.Etcd.Check(ctx, etcdEndpoints(&p.c.Spec.Etcd), p.etcd.tls); p.obs.etcdErr != nil {
+	if p.obs.etcdErr = r.Etcd.Check(ctx, etcdEndpoints(&p.c.Spec.Etcd), p.etcdTLS); p.obs.etcdErr != nil {
 		ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", p.obs.etcdErr.Error())
 		p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdUnreachable, message: p.obs.etcdErr.Error(),
 			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdUnreachable, p.now)}
@@ -118,13 +111,13 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 
 // etcdTLS builds the client TLS configuration from spec.etcd.tls's Secret;
 // nil without one.
-func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec) (*tls.Config, map[string][]byte, error) {
+func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec) (*tls.Config, error) {
 	if spec.TLS == nil {
-		return nil, nil, nil
+		return nil, nil
 	}
 	s := &corev1.Secret{}
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: spec.TLS.SecretName}, s); err != nil {
-		return nil, nil, fmt.Errorf("reading the etcd client Secret %s/%s named by spec.etcd.tls: %w", cfg.Namespace, spec.TLS.SecretName, err)
+		return nil, fmt.Errorf("reading the etcd client Secret %s/%s named by spec.etcd.tls: %w", cfg.Namespace, spec.TLS.SecretName, err)
 	}
 	ca, cert, key := s.Data[spec.TLS.CAKey], s.Data[spec.TLS.CertKey], s.Data[spec.TLS.KeyKey]
 	var missing []error
@@ -134,18 +127,17 @@ func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerC
 		}
 	}
 	if len(missing) > 0 {
-		return nil, nil, fmt.Errorf("the etcd client Secret %s/%s: %w", cfg.Namespace, spec.TLS.SecretName, errors.Join(missing...))
+		return nil, fmt.Errorf("the etcd client Secret %s/%s: %w", cfg.Namespace, spec.TLS.SecretName, errors.Join(missing...))
 	}
 	pair, err := tls.X509KeyPair(cert, key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the etcd client Secret %s/%s holds no valid certificate and key: %w", cfg.Namespace, spec.TLS.SecretName, err)
+		return nil, fmt.Errorf("the etcd client Secret %s/%s holds no valid certificate and key: %w", cfg.Namespace, spec.TLS.SecretName, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
-		return nil, nil, fmt.Errorf("the etcd client Secret %s/%s: %s holds no PEM certificate", cfg.Namespace, spec.TLS.SecretName, spec.TLS.CAKey)
+		return nil, fmt.Errorf("the etcd client Secret %s/%s: %s holds no PEM certificate", cfg.Namespace, spec.TLS.SecretName, spec.TLS.CAKey)
 	}
-	files := map[string][]byte{"ca": ca, "cert": cert, "key": key}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, files, nil
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // etcdEndpoints lists every server, overrides included, once each.

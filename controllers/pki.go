@@ -17,6 +17,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 // pkiResult is the certificate material to apply and what status reports
@@ -29,8 +30,38 @@ type pkiResult struct {
 	nextRenewal time.Time
 	// issued names the certificates created or renewed in this pass.
 	issued []string
-	// trustedCAs are the CAs the existing cluster CA bundle holds.
-	trustedCAs []*x509.Certificate
+	// What the published bundles trusted before this pass: the cluster and
+	// front-proxy CA bundles' CAs and the service-account public keys.
+	trustedCAs, trustedFrontProxyCAs []*x509.Certificate
+	trustedServiceAccountKeys        []byte
+	// rotatesCA is false for a user's CA (spec.certificates.caSecretName):
+	// the user rotates it.
+	rotatesCA bool
+}
+
+// publishTrust computes what the pods and clients trust from the material
+// and where the rotations stand. It is the one place the CA bundles and
+// the service-account public keys are composed: the PKI step calls it for
+// what it loaded, the rotation step again after a rotation moved.
+func (res *pkiResult) publishTrust(now time.Time) error {
+	s := &res.secrets
+	keepCAs := !res.rotatesCA || rotation.CA.TrustsOld(s.CARotation.Phase)
+	s.CABundle = pki.CATrust(now, s.CA.Cert(), certOf(s.NextCA), res.trustedCAs, keepCAs)
+	// The front-proxy CA is not rotated by the operator.
+	s.FrontProxyCABundle = pki.CATrust(now, s.FrontProxyCA.Cert(), nil, res.trustedFrontProxyCAs, true)
+	var err error
+	keepKeys := rotation.ServiceAccountKey.TrustsOld(s.ServiceAccountKeyRotation.Phase)
+	if s.ServiceAccountPublicKeys, err = pki.ServiceAccountTrust(s.ServiceAccountSigningKey, s.ServiceAccountNextSigningKey, res.trustedServiceAccountKeys, keepKeys); err != nil {
+		return fmt.Errorf("publishing the service-account public keys: %w", err)
+	}
+	return nil
+}
+
+func certOf(kp *pki.KeyPair) *x509.Certificate {
+	if kp == nil {
+		return nil
+	}
+	return kp.Cert()
 }
 
 // reconcilePKI finds what certificates exist and are current, and issues
@@ -58,18 +89,24 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	validity, caValidity := certs.Validity.Duration, certs.CAValidity.Duration
 	res := &pkiResult{}
 
-	ca, caBundle, err := r.loadOrCreateCA(ctx, refs, cfg, apiserver.CASecretName(cfg.Name), "kubernetes", certs.CASecretName, alg, caValidity, now, res)
-	if err != nil {
+	if err := r.loadCA(ctx, refs, cfg, c, now, res); err != nil {
 		return nil, fmt.Errorf("reconciling the cluster CA: %w", err)
 	}
-	res.trustedCAs, _ = certutil.ParseCertsPEM(caBundle)
-	frontProxyCA, frontProxyBundle, err := r.loadOrCreateCA(ctx, refs, cfg, apiserver.FrontProxyCASecretName(cfg.Name), "front-proxy-ca", "", alg, caValidity, now, res)
+	frontProxy, err := r.loadOrCreateCA(ctx, ownSecrets{r}, cfg.Namespace, apiserver.FrontProxyCASecretName(cfg.Name), "front-proxy-ca", alg, caValidity, now, res)
 	if err != nil {
 		return nil, fmt.Errorf("reconciling the front-proxy CA: %w", err)
 	}
+	res.secrets.FrontProxyCA, res.trustedFrontProxyCAs = frontProxy.ca, frontProxy.trusted
+	if err := r.serviceAccountKeys(ctx, cfg, c, alg, now, res); err != nil {
+		return nil, err
+	}
+	if err := res.publishTrust(now); err != nil {
+		return nil, err
+	}
+	ca, caBundle := res.secrets.CA, res.secrets.CABundle
 
 	leaf := func(name, secretName string, signer *pki.KeyPair, cfg pki.CertConfig) (*pki.KeyPair, error) {
-		existing, err := readKeyPair(ctx, ownSecrets{r}, c.Namespace, secretName)
+		_, existing, err := readKeyPair(ctx, ownSecrets{r}, c.Namespace, secretName)
 		if err != nil {
 			return nil, err
 		}
@@ -92,18 +129,13 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	}
 
 	s := &res.secrets
-	s.CA, s.CABundle, s.FrontProxyCA, s.FrontProxyCABundle = ca, caBundle, frontProxyCA, frontProxyBundle
 	if s.Serving, err = leaf("serving", apiserver.ServingSecretName(cfg.Name), ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs)); err != nil {
 		return nil, err
 	}
 	if s.KubeletClient, err = leaf("kubelet-client", apiserver.KubeletClientSecretName(cfg.Name), ca, pki.KubeletClientCertConfig()); err != nil {
 		return nil, err
 	}
-	if s.FrontProxyClient, err = leaf("front-proxy-client", apiserver.FrontProxyClientSecretName(cfg.Name), frontProxyCA, pki.FrontProxyClientCertConfig()); err != nil {
-		return nil, err
-	}
-
-	if err := r.serviceAccountKeys(ctx, c, alg, res); err != nil {
+	if s.FrontProxyClient, err = leaf("front-proxy-client", apiserver.FrontProxyClientSecretName(cfg.Name), s.FrontProxyCA, pki.FrontProxyClientCertConfig()); err != nil {
 		return nil, err
 	}
 
@@ -138,74 +170,133 @@ func (res *pkiResult) track(name string, cert *x509.Certificate, percent int32) 
 	}
 }
 
-// loadOrCreateCA returns the CA of secretName, or the user's CA of
-// userSecret, or a new one when neither exists, with its trust bundle: the
-// CA and every unexpired CA the existing bundle already trusted.
-func (r *ApiServerConfigReconciler) loadOrCreateCA(ctx context.Context, refs client.Reader, cfg *v1alpha1.ApiServerConfig, secretName, commonName, userSecret string,
-	alg v1alpha1.KeyAlgorithm, validity time.Duration, now time.Time, res *pkiResult) (*pki.KeyPair, []byte, error) {
-	var ca *pki.KeyPair
+// loadedCA is a CA as the operator keeps it in its Secret.
+type loadedCA struct {
+	ca *pki.KeyPair
+	// trusted are the CAs its published bundle holds.
+	trusted []*x509.Certificate
+	// secret is the Secret as read; nil when it does not exist yet.
+	secret *corev1.Secret
+}
+
+// loadOrCreateCA reads the operator's CA Secret secretName, or creates a
+// CA when there is none. A CA that exists is never regenerated: a lost CA
+// breaks every client.
+func (r *ApiServerConfigReconciler) loadOrCreateCA(ctx context.Context, reader client.Reader, namespace, secretName, commonName string,
+	alg v1alpha1.KeyAlgorithm, validity time.Duration, now time.Time, res *pkiResult) (loadedCA, error) {
+	var out loadedCA
 	var err error
-	if userSecret != "" {
-		if ca, err = readKeyPair(ctx, refs, cfg.Namespace, userSecret); err != nil {
-			return nil, nil, err
-		}
-		if ca == nil {
-			return nil, nil, fmt.Errorf("spec.certificates.caSecretName names Secret %s/%s, which does not exist: create it with tls.crt and tls.key", cfg.Namespace, userSecret)
-		}
-	} else if ca, err = readKeyPair(ctx, ownSecrets{r}, cfg.Namespace, secretName); err != nil {
-		return nil, nil, err
+	if out.secret, out.ca, err = readKeyPair(ctx, reader, namespace, secretName); err != nil {
+		return out, err
 	}
-	if ca == nil {
-		if ca, err = pki.NewSelfSignedCA(commonName, alg, validity, now); err != nil {
-			return nil, nil, fmt.Errorf("generating CA %s: %w", commonName, err)
+	if out.secret != nil {
+		// A bundle that does not parse trusts nothing more than the CA.
+		out.trusted, _ = certutil.ParseCertsPEM(out.secret.Data[apiserver.CABundleKey])
+	}
+	if out.ca == nil {
+		if out.ca, err = pki.NewSelfSignedCA(commonName, alg, validity, now); err != nil {
+			return out, fmt.Errorf("generating CA %s: %w", commonName, err)
 		}
 		res.issued = append(res.issued, secretName)
 	}
-	trusted := []*x509.Certificate{ca.Cert()}
-	existing := &corev1.Secret{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: secretName}, existing); err == nil {
-		if old, err := certutil.ParseCertsPEM(existing.Data[apiserver.CABundleKey]); err == nil {
-			trusted = append(trusted, old...)
+	res.track(secretName, out.ca.Cert(), pki.DefaultRenewalPercent)
+	return out, nil
+}
+
+// loadCA loads the cluster CA: the user's (userSecret) or the operator's,
+// with the CA that will sign next and where its rotation stands.
+func (r *ApiServerConfigReconciler) loadCA(ctx context.Context, refs client.Reader, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, now time.Time, res *pkiResult) error {
+	certs := c.Spec.Certificates
+	userSecret := certs.CASecretName
+	name := apiserver.CASecretName(cfg.Name)
+	s := &res.secrets
+	if userSecret != "" {
+		// The user's CA is the user's to rotate: what the bundle trusted
+		// stays until it expires.
+		_, user, err := readKeyPair(ctx, refs, cfg.Namespace, userSecret)
+		if err != nil {
+			return err
 		}
-	} else if !apierrors.IsNotFound(err) {
-		return nil, nil, fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, secretName, err)
+		if user == nil {
+			return fmt.Errorf("spec.certificates.caSecretName names Secret %s/%s, which does not exist: create it with tls.crt and tls.key", cfg.Namespace, userSecret)
+		}
+		own := &corev1.Secret{}
+		if err := (ownSecrets{r}).Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: name}, own); err == nil {
+			res.trustedCAs, _ = certutil.ParseCertsPEM(own.Data[apiserver.CABundleKey])
+		} else if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, name, err)
+		}
+		s.CA = user
+		res.track(name, user.Cert(), pki.DefaultRenewalPercent)
+		return nil
 	}
-	res.track(secretName, ca.Cert(), pki.DefaultRenewalPercent)
-	return ca, pki.TrustBundle(now, trusted...), nil
+	own, err := r.loadOrCreateCA(ctx, ownSecrets{r}, cfg.Namespace, name, "kubernetes", certs.KeyAlgorithm, certs.CAValidity.Duration, now, res)
+	if err != nil {
+		return err
+	}
+	s.CA, res.trustedCAs, res.rotatesCA = own.ca, own.trusted, true
+	if own.secret != nil && len(own.secret.Data[apiserver.NextCertKey]) > 0 {
+		if s.NextCA, err = pki.ParseKeyPair(own.secret.Data[apiserver.NextCertKey], own.secret.Data[apiserver.NextKeyKey]); err != nil {
+			return fmt.Errorf("reading the next CA of Secret %s/%s (fix it, or remove its %s and %s to restart the rotation): %w",
+				cfg.Namespace, name, apiserver.NextCertKey, apiserver.NextKeyKey, err)
+		}
+	}
+	s.CARotation, err = loadRotation(rotation.CA, own.secret, cfg.Annotations[v1alpha1.RotateCAAnnotation], now)
+	return err
+}
+
+// loadRotation reads where a rotation stands from the Secret that holds its
+// signer; a signer seen for the first time is adopted at once (it needs no
+// rollout), so that a new tenant's Secrets are written once.
+func loadRotation(k rotation.Kind, holder *corev1.Secret, request string, now time.Time) (rotation.State, error) {
+	state, err := apiserver.RotationStateOf(k, holder)
+	if err != nil || state.Phase != "" {
+		return state, err
+	}
+	state, _ = k.Next(state, rotation.Inputs{Now: now, Request: request})
+	return state, nil
 }
 
 // readKeyPair reads a kubernetes.io/tls-shaped Secret; nil when it does not
 // exist. A Secret that exists but does not parse is an error, never a
 // reason to overwrite it.
-func readKeyPair(ctx context.Context, reader client.Reader, namespace, name string) (*pki.KeyPair, error) {
+func readKeyPair(ctx context.Context, reader client.Reader, namespace, name string) (*corev1.Secret, *pki.KeyPair, error) {
 	s := &corev1.Secret{}
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, name, err)
+		return nil, nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, name, err)
 	}
 	kp, err := pki.ParseKeyPair(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return nil, fmt.Errorf("reading the certificate of Secret %s/%s (fix or delete it): %w", namespace, name, err)
+		return nil, nil, fmt.Errorf("reading the certificate of Secret %s/%s (fix or delete it): %w", namespace, name, err)
 	}
-	return kp, nil
+	return s, kp, nil
 }
 
-// serviceAccountKeys keeps the signing key and its public key bundle, or
-// creates them.
-func (r *ApiServerConfigReconciler) serviceAccountKeys(ctx context.Context, c *apiserver.Completed, alg v1alpha1.KeyAlgorithm, res *pkiResult) error {
+// serviceAccountKeys loads the signing key, the key that will sign next and
+// where their rotation stands, or creates the signing key.
+func (r *ApiServerConfigReconciler) serviceAccountKeys(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, alg v1alpha1.KeyAlgorithm, now time.Time, res *pkiResult) error {
 	name := apiserver.ServiceAccountSecretName(c.Name)
 	s := &corev1.Secret{}
 	err := ownSecrets{r}.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
+	m := &res.secrets
 	switch {
 	case err == nil && len(s.Data[apiserver.ServiceAccountPrivateKeyKey]) > 0 && len(s.Data[apiserver.ServiceAccountPublicKeysKey]) > 0:
-		if _, err := pki.ParseServiceAccountKey(s.Data[apiserver.ServiceAccountPrivateKeyKey]); err != nil {
-			return fmt.Errorf("reading the service-account key of Secret %s/%s (fix or delete it): %w", c.Namespace, name, err)
+		for _, key := range []string{apiserver.ServiceAccountPrivateKeyKey, apiserver.ServiceAccountNextKeyKey} {
+			if len(s.Data[key]) == 0 {
+				continue
+			}
+			if _, err := pki.ParseServiceAccountKey(s.Data[key]); err != nil {
+				return fmt.Errorf("reading the service-account key %s of Secret %s/%s (fix or delete it): %w", key, c.Namespace, name, err)
+			}
 		}
-		res.secrets.ServiceAccountSigningKey = s.Data[apiserver.ServiceAccountPrivateKeyKey]
-		res.secrets.ServiceAccountPublicKeys = s.Data[apiserver.ServiceAccountPublicKeysKey]
-		return nil
+		m.ServiceAccountSigningKey = s.Data[apiserver.ServiceAccountPrivateKeyKey]
+		m.ServiceAccountNextSigningKey = s.Data[apiserver.ServiceAccountNextKeyKey]
+		res.trustedServiceAccountKeys = s.Data[apiserver.ServiceAccountPublicKeysKey]
+		m.ServiceAccountKeyRotation, err = loadRotation(rotation.ServiceAccountKey, s, cfg.Annotations[v1alpha1.RotateServiceAccountKeyAnnotation], now)
+		return err
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, name, err)
 	}
@@ -213,12 +304,10 @@ func (r *ApiServerConfigReconciler) serviceAccountKeys(ctx context.Context, c *a
 	if err != nil {
 		return fmt.Errorf("generating the service-account key: %w", err)
 	}
-	if res.secrets.ServiceAccountSigningKey, err = key.PrivateKeyPEM(); err != nil {
+	if m.ServiceAccountSigningKey, err = key.PrivateKeyPEM(); err != nil {
 		return fmt.Errorf("encoding the service-account key: %w", err)
 	}
-	if res.secrets.ServiceAccountPublicKeys, err = pki.PublicKeysPEM(key.Public()); err != nil {
-		return fmt.Errorf("encoding the service-account public key: %w", err)
-	}
+	m.ServiceAccountKeyRotation, _ = loadRotation(rotation.ServiceAccountKey, nil, cfg.Annotations[v1alpha1.RotateServiceAccountKeyAnnotation], now)
 	res.issued = append(res.issued, "service-account key")
 	return nil
 }

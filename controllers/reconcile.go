@@ -3,6 +3,7 @@ package controllers
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -43,14 +44,14 @@ type pass struct {
 	current *appsv1.Deployment
 	pods    []corev1.Pod
 
-	pki       *pkiResult
-	etcd      etcdAccess
+	pki *pkiResult
+	// etcdTLS is how the operator reaches etcd (nil without TLS).
+	etcdTLS   *tls.Config
 	configMap *corev1.ConfigMap
 	// encryption is the operator's encryption Secret, nil without one.
 	encryption *corev1.Secret
-	args       []string
-	secrets    []*corev1.Secret
-	configHash string
+	// secrets are the PKI Secrets as the Secrets step applied them.
+	secrets []*corev1.Secret
 
 	// requeue is how soon to come back (0: only on an event).
 	requeue time.Duration
@@ -95,10 +96,10 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 		{"Etcd", r.reconcileEtcd},
 		{"Sizing", r.reconcileSizing},
 		{"Config", r.reconcileConfig},
-		{"Rotation", r.reconcileRotations},
 		{"Secrets", r.applySecrets},
 		{"Deployment", r.reconcileDeployment},
 		{"PodDisruptionBudget", r.reconcileDisruptionBudget},
+		{"Rotation", r.reconcileRotations},
 		{"Status", r.reportApplied},
 	}
 }

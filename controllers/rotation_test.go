@@ -18,6 +18,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 func rotationPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string) string {
@@ -69,17 +70,17 @@ func trusts(t *testing.T, bundle []byte, key crypto.PublicKey) bool {
 
 // storedPhase is the phase recorded with the Secret's content (status
 // follows at the end of the same pass).
-func storedPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, rotation string) string {
+func storedPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string) string {
 	t.Helper()
-	name := apiserver.ServiceAccountSecretName(cfg.Name)
-	if rotation == caRotationName {
-		name = apiserver.CASecretName(cfg.Name)
+	kind, secret := rotation.ServiceAccountKey, apiserver.ServiceAccountSecretName(cfg.Name)
+	if name == caRotationName {
+		kind, secret = rotation.CA, apiserver.CASecretName(cfg.Name)
 	}
 	s := &corev1.Secret{}
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cfg.Namespace, Name: name}, s); err != nil {
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cfg.Namespace, Name: secret}, s); err != nil {
 		return ""
 	}
-	state, err := pki.ParseRotationState(s.Annotations[rotationStateAnnotation])
+	state, err := apiserver.RotationStateOf(kind, s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func (r *ApiServerConfigReconciler) reconcileSizing(ctx context.Context, p *pass
 	if r.Etcd == nil || !etcdAnswered || p.c.Spec.CacheSizing.Policy != v1alpha1.CacheSizingAuto {
 		return nil
 	}
-	resized, next, err := r.observeClusterSize(ctx, p.cfg, p.c, p.etcd.tls, p.now)
+	resized, next, err := r.observeClusterSize(ctx, p.cfg, p.c, p.etcdTLS, p.now)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Info("Counting the tenant's nodes and pods failed", "apiServerConfig", klog.KObj(p.cfg), "error", err.Error())
 	}

@@ -38,19 +38,14 @@ func (r *ApiServerConfigReconciler) observeWorkload(ctx context.Context, p *pass
 	return nil
 }
 
-// applySecrets applies the PKI Secrets side by side (they do not depend on
-// each other: a new tenant's Deployment comes a few round trips sooner).
-// Only once they are applied are the certificates in place.
+// applySecrets renders the PKI Secrets and applies them. Only once they
+// are applied are the certificates in place.
 func (r *ApiServerConfigReconciler) applySecrets(ctx context.Context, p *pass) error {
-	retained := p.c.Spec.Certificates.PKIRetention == "Retain"
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range p.secrets {
-		// A Secret that Retain keeps gets no owner: deleting the
-		// ApiServerConfig leaves it.
-		owned := !retained || !apiserver.Retainable(p.cfg.Name, s.Name)
-		g.Go(func() error { return r.apply(gctx, p.cfg, s, owned) })
+	var err error
+	if p.secrets, err = apiserver.DesiredPKISecrets(p.c, p.pki.secrets); err != nil {
+		return err
 	}
-	if err := g.Wait(); err != nil {
+	if err := r.applyPKISecrets(ctx, p, p.secrets); err != nil {
 		return err
 	}
 	p.obs.certsReady = true
@@ -58,10 +53,30 @@ func (r *ApiServerConfigReconciler) applySecrets(ctx context.Context, p *pass) e
 	return nil
 }
 
-// reconcileDeployment applies the apiservers' Deployment; when its rollout
-// does not progress, the pods or the Deployment say why.
+// applyPKISecrets applies secrets side by side (they do not depend on each
+// other: a new tenant's Deployment comes a few round trips sooner).
+func (r *ApiServerConfigReconciler) applyPKISecrets(ctx context.Context, p *pass, secrets []*corev1.Secret) error {
+	retained := p.c.Spec.Certificates.PKIRetention == "Retain"
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range secrets {
+		// A Secret that Retain keeps gets no owner: deleting the
+		// ApiServerConfig leaves it.
+		owned := !retained || !apiserver.Retainable(p.cfg.Name, s.Name)
+		g.Go(func() error { return r.apply(gctx, p.cfg, s, owned) })
+	}
+	return g.Wait()
+}
+
+// reconcileDeployment applies the apiservers' Deployment, whose pod
+// template carries the hash of the command line and of the files read at
+// start; when its rollout does not progress, the pods or the Deployment
+// say why.
 func (r *ApiServerConfigReconciler) reconcileDeployment(ctx context.Context, p *pass) error {
-	deploy, err := apiserver.DesiredDeployment(p.c, p.args, apiserver.DeploymentInputs{ConfigHash: p.configHash, ImageRepository: r.ImageRepository})
+	args, err := apiserver.Args(p.c)
+	if err != nil {
+		return err
+	}
+	deploy, err := apiserver.DesiredDeployment(p.c, args, apiserver.DeploymentInputs{Objects: p.mountedData(), ImageRepository: r.ImageRepository})
 	if err != nil {
 		return err
 	}
@@ -84,6 +99,20 @@ func (r *ApiServerConfigReconciler) reconcileDeployment(ctx context.Context, p *
 	}
 	p.obs.failure = cmp.Or(failure, rolloutFailure(deploy))
 	return nil
+}
+
+// mountedData finds the data of the objects the pods mount: the operator's
+// as this pass rendered them, the users' as the References step read them.
+func (p *pass) mountedData() apiserver.ObjectData {
+	secrets := append([]*corev1.Secret{p.encryption}, p.secrets...)
+	configMaps := []*corev1.ConfigMap{p.configMap}
+	for _, s := range p.refs.secrets {
+		secrets = append(secrets, s)
+	}
+	for _, cm := range p.refs.configMaps {
+		configMaps = append(configMaps, cm)
+	}
+	return apiserver.ObjectsData(secrets, configMaps...)
 }
 
 // currentPods are the pods of d's newest ReplicaSet, the one its rollout

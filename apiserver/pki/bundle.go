@@ -42,3 +42,17 @@ func TrustBundle(now time.Time, cas ...*x509.Certificate) []byte {
 	}
 	return buf.Bytes()
 }
+
+// CATrust is the bundle of a CA that signs now: signer, next (the CA that
+// signs once a rotation switches; nil outside one) and, while keepPrevious,
+// every CA the bundle trusted before, each until it expires. keepPrevious
+// holds while a rotation still trusts the CA it replaces, and always for a
+// CA the operator does not rotate (a user's own CA that the user swaps).
+// It is the one place a CA bundle is composed.
+func CATrust(now time.Time, signer, next *x509.Certificate, previous []*x509.Certificate, keepPrevious bool) []byte {
+	trusted := []*x509.Certificate{signer, next}
+	if keepPrevious {
+		trusted = append(trusted, previous...)
+	}
+	return TrustBundle(now, trusted...)
+}

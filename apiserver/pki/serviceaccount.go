@@ -118,3 +118,32 @@ func containsKey(keys []crypto.PublicKey, k crypto.PublicKey) bool {
 	}
 	return false
 }
+
+// ServiceAccountTrust is the bundle of --service-account-key-file while
+// signing (a PEM private key) signs: the public keys of next (the key that
+// signs once a rotation switches; empty outside one) and of signing and,
+// while keepPrevious (a rotation still trusts the key it replaces), the
+// keys of the previous bundle. It is the one place that bundle is composed.
+func ServiceAccountTrust(signing, next, previous []byte, keepPrevious bool) ([]byte, error) {
+	var keys []crypto.PublicKey
+	for _, pem := range [][]byte{next, signing} {
+		if len(pem) == 0 {
+			continue
+		}
+		k, err := ParseServiceAccountKey(pem)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k.Public())
+	}
+	if keepPrevious && len(previous) > 0 {
+		old, err := keyutil.ParsePublicKeysPEM(previous)
+		if err != nil {
+			return nil, fmt.Errorf("reading the service-account public keys trusted so far: %w", err)
+		}
+		for _, k := range old {
+			keys = append(keys, k)
+		}
+	}
+	return PublicKeysPEM(keys...)
+}

@@ -11,7 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,10 +70,12 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	}
 	// The pod template's hash covers secret material too: it is known only
 	// in the cluster.
-	deploy, err := apiserver.DesiredDeployment(c, args, apiserver.DeploymentInputs{ConfigHash: redacted, ImageRepository: opts.ImageRepository})
+	deploy, err := apiserver.DesiredDeployment(c, args, apiserver.DeploymentInputs{
+		Objects: func(string, string) map[string][]byte { return nil }, ImageRepository: opts.ImageRepository})
 	if err != nil {
 		return err
 	}
+	deploy.Spec.Template.Annotations[apiserver.ConfigHashAnnotation] = redacted
 
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "# kube-apiserver %s command line for %s/%s\n", c.Spec.Version, cfg.Namespace, cfg.Name)
@@ -107,35 +109,21 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 // secretShapes are the Secrets the operator creates, with their keys and no
 // material.
 func secretShapes(c *apiserver.Completed) []*corev1.Secret {
-	n := c.Name
-	shapes := map[string][]string{
-		apiserver.CASecretName(n):               {corev1.TLSCertKey, corev1.TLSPrivateKeyKey, apiserver.CABundleKey},
-		apiserver.ServingSecretName(n):          {corev1.TLSCertKey, corev1.TLSPrivateKeyKey},
-		apiserver.KubeletClientSecretName(n):    {corev1.TLSCertKey, corev1.TLSPrivateKeyKey},
-		apiserver.FrontProxyCASecretName(n):     {corev1.TLSCertKey, corev1.TLSPrivateKeyKey, apiserver.CABundleKey},
-		apiserver.FrontProxyClientSecretName(n): {corev1.TLSCertKey, corev1.TLSPrivateKeyKey},
-		apiserver.ServiceAccountSecretName(n):   {apiserver.ServiceAccountPrivateKeyKey, apiserver.ServiceAccountPublicKeysKey},
-		apiserver.AdminKubeconfigSecretName(n):  {apiserver.KubeconfigKey},
-	}
-	if e := c.Spec.Encryption; e != nil && e.Provider != "" {
-		shapes[apiserver.EncryptionSecretName(n)] = []string{apiserver.EncryptionConfigKey}
-	}
-	names := make([]string, 0, len(shapes))
-	for name := range shapes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var out []*corev1.Secret
-	for _, name := range names {
+	for _, owned := range apiserver.OwnedSecrets(c.Name) {
+		if e := c.Spec.Encryption; owned.Name == apiserver.EncryptionSecretName(c.Name) && (e == nil || e.Provider == "") {
+			continue // the operator manages no encryption key
+		}
 		s := &corev1.Secret{}
 		s.APIVersion, s.Kind = "v1", "Secret"
-		s.Name, s.Namespace = name, c.Namespace
+		s.Name, s.Namespace = owned.Name, c.Namespace
 		s.StringData = map[string]string{}
-		for _, k := range shapes[name] {
+		for _, k := range owned.Keys {
 			s.StringData[k] = redacted
 		}
 		out = append(out, s)
 	}
+	slices.SortFunc(out, func(a, b *corev1.Secret) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
