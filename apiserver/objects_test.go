@@ -183,15 +183,15 @@ func TestConfigHash_RollsForTheUsersFiles(t *testing.T) {
 		"authz":         {ObjectMeta: metav1.ObjectMeta{Name: "authz"}, Data: map[string][]byte{"kubeconfig": []byte("v1")}},
 		"my-encryption": {ObjectMeta: metav1.ObjectMeta{Name: "my-encryption"}, Data: map[string][]byte{EncryptionConfigKey: []byte("v1")}},
 	}
-	policy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "audit-policy"}, Data: map[string]string{"policy.yaml": "v1"}}
+	auditPolicy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "audit-policy"}, Data: map[string]string{"policy.yaml": "v1"}}
 	hash := func() string {
-		return ConfigHash(c, a, PodFiles(c, ObjectsData([]*corev1.Secret{users["authz"], users["my-encryption"]}, policy)))
+		return ConfigHash(c, a, PodFiles(c, ObjectsData([]*corev1.Secret{users["authz"], users["my-encryption"]}, auditPolicy)))
 	}
 	base := hash()
 	for name, change := range map[string]func(){
 		"the authorization webhook kubeconfig": func() { users["authz"].Data["kubeconfig"] = []byte("v2") },
 		"the encryption configuration":         func() { users["my-encryption"].Data[EncryptionConfigKey] = []byte("v2") },
-		"the audit policy":                     func() { policy.Data["policy.yaml"] = "v2" },
+		"the audit policy":                     func() { auditPolicy.Data["policy.yaml"] = "v2" },
 	} {
 		change()
 		if next := hash(); next == base {

@@ -89,10 +89,10 @@ func storedPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string) strin
 
 // waitForPhase drives the rollouts (as the Deployment controller would)
 // until the rotation reaches phase, then waits for status to show it.
-func waitForPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, d *appsv1.Deployment, rotation, phase string) {
+func waitForPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, d *appsv1.Deployment, name, phase string) {
 	t.Helper()
-	eventually(t, 30*time.Second, "the "+rotation+" rotation reaches "+phase, func() error {
-		if got := storedPhase(t, cfg, rotation); got != phase {
+	eventually(t, 30*time.Second, "the "+name+" rotation reaches "+phase, func() error {
+		if got := storedPhase(t, cfg, name); got != phase {
 			// Only a completed rollout moves a rotation: complete it, and
 			// look again. Once the phase is reached nothing is rolled out,
 			// so the rotation stays there while the test looks.
@@ -101,8 +101,8 @@ func waitForPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, d *appsv1.Deploym
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, "status shows the "+rotation+" rotation in "+phase, func() error {
-		if got := rotationPhase(t, cfg, rotation); got != phase {
+	eventually(t, 10*time.Second, "status shows the "+name+" rotation in "+phase, func() error {
+		if got := rotationPhase(t, cfg, name); got != phase {
 			return fmt.Errorf("status says %q", got)
 		}
 		return nil
