@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"maps"
 	"path"
 	"strings"
 
@@ -124,10 +125,11 @@ func ObjectsData(secrets []*corev1.Secret, configMaps ...*corev1.ConfigMap) Obje
 		case KindConfigMap:
 			for _, cm := range configMaps {
 				if cm != nil && cm.Name == name {
-					data := make(map[string][]byte, len(cm.Data))
+					data := make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
 					for k, v := range cm.Data {
 						data[k] = []byte(v)
 					}
+					maps.Copy(data, cm.BinaryData)
 					return data
 				}
 			}

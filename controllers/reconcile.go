@@ -50,7 +50,7 @@ type pass struct {
 	configMap *corev1.ConfigMap
 	// encryption is the operator's encryption Secret, nil without one.
 	encryption *corev1.Secret
-	// secrets are the PKI Secrets as the Secrets step applied them.
+	// secrets are the PKI Secrets as the Secrets step rendered them.
 	secrets []*corev1.Secret
 
 	// requeue is how soon to come back (0: only on an event).

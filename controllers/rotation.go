@@ -144,8 +144,9 @@ func actOnServiceAccountKey(p *pass, a rotation.Action) error {
 // reconcileRotations runs after the Deployment was applied: a rotation
 // moves, by one phase at most, only once the Deployment runs everywhere
 // what the pass just applied, which holds everything the previous phase
-// published. What a move changes is applied at once, and the next pass
-// (right after) rolls it out.
+// published. What a move changes is applied at once, the Secrets then the
+// Deployment (so the Secrets and the hash are rendered once a pass, twice
+// in the few passes where a rotation moves).
 func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *pass) error {
 	rolledOut := rolloutDone(p.current)
 	var statuses []v1alpha1.RotationStatus
@@ -166,9 +167,17 @@ func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *p
 		}
 		if len(actions) > 0 {
 			r.event(p.cfg, corev1.EventTypeNormal, "Rotation", "Rotate", "Rotation of the %s entered phase %s", rot.kind.Name, next.Phase)
+		}
+		switch at := rot.kind.WakeAt(next, in); {
+		case next != *state:
+			// What the move changed is rolled out by the next pass: the
+			// Secrets' own events may not come (Retain leaves them
+			// without an owner).
 			p.requeueWithin(rotationRequeue)
-		} else if at := rot.kind.WakeAt(next, in); !at.IsZero() {
-			p.requeueWithin(max(at.Sub(p.now), time.Second))
+		case at.After(p.now):
+			// A wait that already holds waits for a rollout, which the
+			// Deployment's watch reports.
+			p.requeueWithin(at.Sub(p.now))
 		}
 		moved = moved || next != *state
 		*state = next
@@ -181,7 +190,11 @@ func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *p
 	if err := p.pki.publishTrust(p.now); err != nil {
 		return err
 	}
-	return r.applyChangedSecrets(ctx, p)
+	if err := r.applyChangedSecrets(ctx, p); err != nil {
+		return err
+	}
+	// The pods start rolling out what the move changed in this pass.
+	return r.applyDeployment(ctx, p)
 }
 
 // applyChangedSecrets applies the PKI Secrets that a rotation changed since
@@ -196,10 +209,12 @@ func (r *ApiServerConfigReconciler) applyChangedSecrets(ctx context.Context, p *
 		applied[s.Name] = s
 	}
 	var changed []*corev1.Secret
+	p.secrets = p.secrets[:0]
 	for _, s := range desired {
 		if old := applied[s.Name]; old == nil || !apiequality.Semantic.DeepEqual(old.Data, s.Data) || !apiequality.Semantic.DeepEqual(old.Annotations, s.Annotations) {
 			changed = append(changed, s)
 		}
+		p.secrets = append(p.secrets, s.DeepCopy())
 	}
 	return r.applyPKISecrets(ctx, p, changed)
 }

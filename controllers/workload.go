@@ -41,11 +41,16 @@ func (r *ApiServerConfigReconciler) observeWorkload(ctx context.Context, p *pass
 // applySecrets renders the PKI Secrets and applies them. Only once they
 // are applied are the certificates in place.
 func (r *ApiServerConfigReconciler) applySecrets(ctx context.Context, p *pass) error {
-	var err error
-	if p.secrets, err = apiserver.DesiredPKISecrets(p.c, p.pki.secrets); err != nil {
+	secrets, err := apiserver.DesiredPKISecrets(p.c, p.pki.secrets)
+	if err != nil {
 		return err
 	}
-	if err := r.applyPKISecrets(ctx, p, p.secrets); err != nil {
+	// Kept as rendered: applying writes the server's answer into secrets.
+	p.secrets = make([]*corev1.Secret, len(secrets))
+	for i, s := range secrets {
+		p.secrets[i] = s.DeepCopy()
+	}
+	if err := r.applyPKISecrets(ctx, p, secrets); err != nil {
 		return err
 	}
 	p.obs.certsReady = true
@@ -67,24 +72,13 @@ func (r *ApiServerConfigReconciler) applyPKISecrets(ctx context.Context, p *pass
 	return g.Wait()
 }
 
-// reconcileDeployment applies the apiservers' Deployment, whose pod
-// template carries the hash of the command line and of the files read at
-// start; when its rollout does not progress, the pods or the Deployment
-// say why.
+// reconcileDeployment applies the apiservers' Deployment; when its rollout
+// does not progress, the pods or the Deployment say why.
 func (r *ApiServerConfigReconciler) reconcileDeployment(ctx context.Context, p *pass) error {
-	args, err := apiserver.Args(p.c)
-	if err != nil {
+	if err := r.applyDeployment(ctx, p); err != nil {
 		return err
 	}
-	deploy, err := apiserver.DesiredDeployment(p.c, args, apiserver.DeploymentInputs{Objects: p.mountedData(), ImageRepository: r.ImageRepository})
-	if err != nil {
-		return err
-	}
-	if err := r.apply(ctx, p.cfg, deploy, true); err != nil {
-		return err
-	}
-	p.current = deploy
-	p.obs.deployment = deploy
+	deploy := p.current
 	if p.obs.failure != nil || p.obs.masterCount == 0 || rolloutDone(deploy) || deploy.Status.ObservedGeneration < deploy.Generation {
 		return nil
 	}
@@ -98,6 +92,26 @@ func (r *ApiServerConfigReconciler) reconcileDeployment(ctx context.Context, p *
 		failure = podFailure(pods)
 	}
 	p.obs.failure = cmp.Or(failure, rolloutFailure(deploy))
+	return nil
+}
+
+// applyDeployment renders and applies the Deployment, whose pod template
+// carries the hash of the command line and of the files read at start,
+// from what the pass rendered; p.current becomes the server's answer.
+func (r *ApiServerConfigReconciler) applyDeployment(ctx context.Context, p *pass) error {
+	args, err := apiserver.Args(p.c)
+	if err != nil {
+		return err
+	}
+	deploy, err := apiserver.DesiredDeployment(p.c, args, apiserver.DeploymentInputs{Objects: p.mountedData(), ImageRepository: r.ImageRepository})
+	if err != nil {
+		return err
+	}
+	if err := r.apply(ctx, p.cfg, deploy, true); err != nil {
+		return err
+	}
+	p.current = deploy
+	p.obs.deployment = deploy
 	return nil
 }
 
