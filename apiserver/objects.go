@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -330,6 +332,7 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(b, 10)})
 	}
 	volumes, mounts := podVolumes(c)
+	livez, readyz := ProbePaths(c)
 
 	container := corev1.Container{
 		Name:            "kube-apiserver",
@@ -340,17 +343,18 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		Env:             env,
 		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
 		// Up to 5 minutes to become ready (a large etcd), probed every
-		// second. The startup probe asks /readyz, not /livez as kubeadm's
-		// does: kubelet runs the readiness probe the moment the startup
-		// probe passes, so the new apiserver joins the Service at once
-		// instead of up to a period later. Readiness is probed every
-		// second, as kubeadm does. Then restarted after 6 failed /livez
-		// probes, 10 s apart; out of the Service after 3 failed /readyz
+		// second. The startup probe asks for readiness, not liveness as
+		// kubeadm's does: kubelet runs the readiness probe the moment the
+		// startup probe passes, so the new apiserver joins the Service at
+		// once instead of up to a period later. Readiness is probed every
+		// second, as kubeadm does. Then restarted after 6 failed liveness
+		// probes, 10 s apart; out of the Service after 3 failed readiness
 		// probes (3 s when /readyz answers an error, up to 15 s when it
-		// hangs until the 5 s timeout).
-		StartupProbe:   probe("/readyz", 1, 300),
-		LivenessProbe:  probe("/livez", 10, 6),
-		ReadinessProbe: probe("/readyz", 1, 3),
+		// hangs until the 5 s timeout). What each probe leaves out of
+		// kube-apiserver's checks: see ProbePaths.
+		StartupProbe:   probe(readyz, 1, 300),
+		LivenessProbe:  probe(livez, 10, 6),
+		ReadinessProbe: probe(readyz, 1, 3),
 		Resources:      c.Spec.Resources,
 		VolumeMounts:   mounts,
 		SecurityContext: &corev1.SecurityContext{
@@ -421,4 +425,39 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		},
 	}
 	return d, nil
+}
+
+// ProbePaths are the paths kubelet probes, chosen for what a restart or a
+// removal from the Service can fix:
+//
+//   - liveness leaves out every etcd check (the "etcd" group: the main etcd
+//     and each etcd-override-N). A restart cannot bring etcd back; it only
+//     adds a cold start, and at scale a herd of apiservers re-listing
+//     everything when etcd returns. HyperShift's probe does the same.
+//   - readiness (and startup) follow the main etcd but leave out the
+//     override etcds' checks (etcd-override-N and
+//     etcd-override-readiness-N): an apiserver whose events etcd is down
+//     still serves everything else, and requests for the override's
+//     resources fail on their own. An apiserver that cannot reach its main
+//     etcd serves almost nothing and leaves the Service, so that, when only
+//     some apiservers lost etcd, clients are sent to the others.
+//
+// kube-apiserver installs one pair of override checks per distinct set of
+// override servers (k8s.io/apiserver's EtcdOptions.addEtcdHealthEndpoint);
+// excluding a check it does not have is harmless.
+func ProbePaths(c *Completed) (livez, readyz string) {
+	sets := map[string]bool{}
+	for _, o := range c.Spec.Etcd.Overrides {
+		sets[strings.Join(slices.Sorted(slices.Values(o.Servers)), ";")] = true
+	}
+	exclude := url.Values{}
+	for i := range len(sets) {
+		exclude.Add("exclude", fmt.Sprintf("etcd-override-%d", i))
+		exclude.Add("exclude", fmt.Sprintf("etcd-override-readiness-%d", i))
+	}
+	readyz = "/readyz"
+	if len(exclude) > 0 {
+		readyz += "?" + exclude.Encode()
+	}
+	return "/livez?exclude=etcd", readyz
 }

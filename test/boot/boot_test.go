@@ -60,7 +60,7 @@ func must[T any](v T, err error) T {
 
 // start runs a bundled binary until the test ends, its output in a log file
 // that is printed if the test fails.
-func start(t *testing.T, dir, name string, args ...string) {
+func start(t *testing.T, dir, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
 	logFile := must(os.Create(logPath))
@@ -78,6 +78,7 @@ func start(t *testing.T, dir, name string, args ...string) {
 			t.Logf("%s output (last 3000 bytes):\n%s", name, tail(out, 3000))
 		}
 	})
+	return cmd
 }
 
 func tail(b []byte, n int) []byte {
@@ -87,8 +88,9 @@ func tail(b []byte, n int) []byte {
 	return b
 }
 
-// etcdServer starts an etcd that requires client certificates signed by ca.
-func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) string {
+// etcdServer starts an etcd that requires client certificates signed by ca;
+// it returns its URL and its process.
+func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) (string, *exec.Cmd) {
 	t.Helper()
 	now := time.Now()
 	serving := must(pki.NewSignedCert(ca, pki.ServingCertConfig([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}), ecdsa, time.Hour, now))
@@ -98,7 +100,7 @@ func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) string {
 	write(t, filepath.Join(certDir, "server.key"), must(serving.KeyPEM()))
 	client := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
 	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	start(t, dir, "etcd",
+	cmd := start(t, dir, "etcd",
 		"--name="+name, "--data-dir="+filepath.Join(dir, name+"-data"),
 		"--listen-client-urls="+client, "--advertise-client-urls="+client,
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
@@ -106,7 +108,7 @@ func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) string {
 		"--cert-file="+filepath.Join(certDir, "server.crt"), "--key-file="+filepath.Join(certDir, "server.key"),
 		"--client-cert-auth", "--trusted-ca-file="+filepath.Join(certDir, "ca.crt"),
 		"--log-level=warn")
-	return client
+	return client, cmd
 }
 
 func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
@@ -115,8 +117,8 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 
 	// Two etcd servers behind mutual TLS, as a platform would run them.
 	etcdCA := must(pki.NewSelfSignedCA("etcd-ca", ecdsa, 24*time.Hour, now))
-	mainEtcd := etcdServer(t, dir, "main", etcdCA)
-	eventsEtcd := etcdServer(t, dir, "events", etcdCA)
+	mainEtcd, mainEtcdProcess := etcdServer(t, dir, "main", etcdCA)
+	eventsEtcd, eventsEtcdProcess := etcdServer(t, dir, "events", etcdCA)
 	etcdClient := must(pki.NewSignedCert(etcdCA, pki.EtcdClientCertConfig(), ecdsa, time.Hour, now))
 
 	port := freePort(t)
@@ -270,5 +272,47 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	audit := must(os.ReadFile(root(apiserver.AuditLogFile)))
 	if !strings.Contains(string(audit), `"level":"Metadata"`) || !strings.Contains(string(audit), "boot-event") {
 		t.Errorf("the audit log does not record the event creation at the Metadata level:\n%.400s", audit)
+	}
+
+	// kubelet's probes through etcd outages (ProbePaths): with the events
+	// etcd gone, the apiserver is still live and ready; with the main etcd
+	// gone too, it is live but not ready. kube-apiserver's own unfiltered
+	// endpoints fail meanwhile, which shows that the checks left out are
+	// the ones that fail.
+	livez, readyz := apiserver.ProbePaths(c)
+	status := func(path string) int {
+		resp, err := anonymous.Get(base + path)
+		if err != nil {
+			return 0
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(500 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("within 60s: %s", what)
+			}
+		}
+	}
+	stop := func(cmd *exec.Cmd) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	stop(eventsEtcdProcess)
+	waitFor("kube-apiserver's /livez and /readyz fail on the events etcd", func() bool { return status("/livez") != 200 && status("/readyz") != 200 })
+	for path, want := range map[string]int{livez: 200, readyz: 200} {
+		if got := status(path); got != want {
+			t.Errorf("events etcd down: GET %s: %d, want %d", path, got, want)
+		}
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("events etcd down: reading a namespace, stored in the main etcd: %v", err)
+	}
+	stop(mainEtcdProcess)
+	waitFor("the readiness probe fails without the main etcd", func() bool { return status(readyz) != 200 })
+	if got := status(livez); got != 200 {
+		t.Errorf("both etcds down: GET %s: %d, want 200 (a restart cannot bring etcd back)", livez, got)
 	}
 }
