@@ -165,6 +165,38 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 // TenantEtcd are the etcd servers for tenants' kube-apiservers.
 func (c *Cluster) TenantEtcd() TenantEtcd { return c.l.tenantEtcd() }
 
+// TenantEtcdServer is one of the tenant etcd servers.
+type TenantEtcdServer string
+
+// The tenant etcd servers.
+const (
+	TenantEtcdMain   TenantEtcdServer = compTenantEtcdMain
+	TenantEtcdEvents TenantEtcdServer = compTenantEtcdEvents
+)
+
+// StopTenantEtcd stops a tenant etcd server as an outage would (SIGTERM:
+// clients are refused); its data stays for StartTenantEtcd.
+func (c *Cluster) StopTenantEtcd(ctx context.Context, s TenantEtcdServer) error {
+	comp, ok := c.l.componentsByName()[string(s)]
+	if !ok {
+		return fmt.Errorf("stopping tenant etcd %q: no such component", s)
+	}
+	return c.l.stop(ctx, comp)
+}
+
+// StartTenantEtcd starts a stopped tenant etcd server again and waits until
+// both tenant etcd servers answer.
+func (c *Cluster) StartTenantEtcd(ctx context.Context, s TenantEtcdServer) error {
+	comp, ok := c.l.componentsByName()[string(s)]
+	if !ok {
+		return fmt.Errorf("starting tenant etcd %q: no such component", s)
+	}
+	if _, err := c.l.start(comp); err != nil {
+		return err
+	}
+	return c.l.waitFor(ctx, "the tenant etcd servers to be healthy over TLS", []string{string(s)}, etcdReadyTimeout, c.l.tenantEtcdHealthy)
+}
+
 // MemoryUsage is the memory that the cluster's processes and pods use now.
 func (c *Cluster) MemoryUsage() (MemoryUsage, error) { return c.l.cgroups().memoryUsage() }
 
