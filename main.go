@@ -8,10 +8,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -57,6 +60,9 @@ type options struct {
 	enableHTTP2          bool
 	webhookCertDir       string
 	webhooks             bool
+	controllers          bool
+	shutdownDelay        time.Duration
+	etcdWatchInterval    time.Duration
 	webhookCerts         string
 	webhookSecret        string
 	webhookService       string
@@ -102,6 +108,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Repository of the bundled kube-apiserver image; its tag is the ApiServerConfig's version.")
 	fs.BoolVar(&o.webhooks, "webhooks", true,
 		"Serve the validating admission webhook; turn off only where no ValidatingWebhookConfiguration points at this manager.")
+	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 1500*time.Millisecond,
+		"How long the webhook keeps serving after SIGTERM, its readiness failing meanwhile, so that the webhook Service stops sending it requests before it stops listening. Within the 2 s kubelet grants a forcibly deleted pod.")
+	fs.DurationVar(&o.etcdWatchInterval, "etcd-watch-interval", controllers.DefaultEtcdWatchInterval,
+		"How often every tenant's etcd servers are looked at between reconciles: an outage that changes nothing else (an override etcd down) is reported within it.")
+	fs.BoolVar(&o.controllers, "controllers", true,
+		"Reconcile ApiServerConfigs. config/manager runs the controllers and the webhook as two processes of each pod (--webhooks=false in one, --controllers=false in the other), so that the death of the leading controller never fails an admission.")
 	fs.StringVar(&o.webhookCerts, "webhook-cert-management", "self",
 		"Who provides the webhook's certificate: self (the manager issues and renews it, and sets the caBundle) or external (cert-manager or another tool fills --webhook-cert-dir).")
 	fs.StringVar(&o.webhookSecret, "webhook-cert-secret", "apiserver-operator-webhook-cert",
@@ -125,6 +137,13 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.stallAfter <= 0 {
 		return nil, fmt.Errorf("--stall-after is %s: it must be positive", o.stallAfter)
+	}
+	if !o.controllers && !o.webhooks {
+		return nil, errors.New("--controllers=false and --webhooks=false leave the manager nothing to do: turn one on")
+	}
+	if !o.controllers {
+		// Only the controllers need a single leader; every webhook serves.
+		o.leaderElect = false
 	}
 	return o, nil
 }
@@ -209,12 +228,17 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		MaxConcurrentReconciles: o.concurrency,
 		Namespaces:              mgrOpts.Cache.DefaultNamespaces,
 		StallAfter:              o.stallAfter,
+		EtcdWatchInterval:       o.etcdWatchInterval,
 	}
-	if err := reconciler.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the ApiServerConfig controller: %w", err)
+	if o.controllers {
+		if err := reconciler.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the ApiServerConfig controller: %w", err)
+		}
 	}
 
 	readyz := healthz.Ping
+	var stopping atomic.Bool
+	var delay time.Duration
 	if o.webhooks && o.webhookCerts == "self" {
 		namespace := os.Getenv("POD_NAMESPACE")
 		if namespace == "" {
@@ -252,8 +276,16 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err := controllers.SetupWebhookWithManager(mgr, admission); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)
 		}
-		// Ready only once the webhook serves, or admission would fail.
-		readyz = mgr.GetWebhookServer().StartedChecker()
+		// Ready only once the webhook serves, or admission would fail; not
+		// ready once it is stopping (see drain).
+		started := mgr.GetWebhookServer().StartedChecker()
+		readyz = func(req *http.Request) error {
+			if stopping.Load() {
+				return errors.New("the webhook is shutting down")
+			}
+			return started(req)
+		}
+		delay = o.shutdownDelay
 	}
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -263,9 +295,28 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 
-	setupLog.Info("Starting the manager", "leaderElection", o.leaderElect, "metricsAddress", o.metricsAddr)
-	if err := mgr.Start(ctx); err != nil {
+	setupLog.Info("Starting the manager", "controllers", o.controllers, "webhooks", o.webhooks, "leaderElection", o.leaderElect, "metricsAddress", o.metricsAddr)
+	if err := mgr.Start(drain(ctx, delay, &stopping)); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// drain is ctx ended delay later: once ctx ends (SIGTERM), stopping is set,
+// which fails readiness, and the manager keeps serving for delay, so that
+// the Service's endpoints drop the pod before its webhook stops listening.
+func drain(ctx context.Context, delay time.Duration, stopping *atomic.Bool) context.Context {
+	if delay <= 0 {
+		return ctx
+	}
+	drained, stop := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		<-ctx.Done()
+		stopping.Store(true)
+		timer := time.NewTimer(delay)
+		defer timer.Stop()
+		<-timer.C
+		stop()
+	}()
+	return drained
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,5 +206,50 @@ func TestManager_RefusesNoReconcileWorkers(t *testing.T) {
 	_, err := parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), []string{"--max-concurrent-reconciles=0"})
 	if err == nil || !strings.Contains(err.Error(), "--max-concurrent-reconciles is 0: it must be at least 1") {
 		t.Fatalf("parsing --max-concurrent-reconciles=0 gave %v, want a refusal that names the flag", err)
+	}
+}
+
+func TestManager_ControllersAndWebhookAsTwoProcesses(t *testing.T) {
+	if _, err := parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), []string{"--controllers=false", "--webhooks=false"}); err == nil {
+		t.Error("a manager with neither controllers nor webhooks was accepted")
+	}
+	// The webhook process never takes the lease: only the controllers need
+	// a single leader, and the webhook must serve in every replica.
+	o, err := parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), []string{"--controllers=false", "--leader-elect"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.leaderElect {
+		t.Error("the webhook-only manager would run a leader election")
+	}
+}
+
+func TestDrain_ServesOnWithReadinessFailingAfterSIGTERM(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var stopping atomic.Bool
+	drained := drain(ctx, time.Hour, &stopping)
+	cancel()
+	if err := poll(100, func() error {
+		if !stopping.Load() {
+			return errors.New("not stopping yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal("readiness does not fail after SIGTERM")
+	}
+	if drained.Err() != nil {
+		t.Fatal("the manager stopped at once: the webhook Service would still send it requests")
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	drained = drain(ctx, 10*time.Millisecond, &stopping)
+	cancel()
+	select {
+	case <-drained.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the manager never stopped after the delay")
+	}
+	if drain(ctx, 0, &stopping) != ctx {
+		t.Error("without a delay the manager should stop with the signal")
 	}
 }

@@ -93,6 +93,12 @@ type ApiServerConfigReconciler struct {
 	// StallAfter is how long an environment failure lasts before the
 	// ApiServerConfig is Stalled (DefaultStallAfter when zero).
 	StallAfter time.Duration
+	// EtcdWatchInterval is how often every tenant's etcd servers are
+	// looked at between passes (DefaultEtcdWatchInterval when zero).
+	EtcdWatchInterval time.Duration
+
+	// etcdWatch brings a tenant back when its etcd goes away or returns.
+	etcdWatch *etcdWatch
 
 	// applied remembers, per object, the resourceVersion the operator's last
 	// apply left, so that an object nobody changed is not applied again.
@@ -231,6 +237,13 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podOwner))
 	for _, src := range r.referenceSources(references, mgr.GetClient()) {
 		b = b.WatchesRawSource(src)
+	}
+	if r.Etcd != nil {
+		r.etcdWatch = newEtcdWatch(r.Etcd, cmp.Or(r.EtcdWatchInterval, DefaultEtcdWatchInterval))
+		if err := mgr.Add(r.etcdWatch); err != nil {
+			return err
+		}
+		b = b.WatchesRawSource(r.etcdWatch.source())
 	}
 	return b.Named("apiserverconfig").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).

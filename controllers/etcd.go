@@ -100,7 +100,12 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 		return nil
 	}
 	p.obs.etcdChecked = true
-	if p.obs.etcdErr = r.Etcd.Check(ctx, etcdEndpoints(&p.c.Spec.Etcd), p.etcdTLS); p.obs.etcdErr != nil {
+	endpoints := etcdEndpoints(&p.c.Spec.Etcd)
+	p.obs.etcdErr = r.Etcd.Check(ctx, endpoints, p.etcdTLS)
+	if r.etcdWatch != nil {
+		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.obs.etcdErr == nil)
+	}
+	if p.obs.etcdErr != nil {
 		ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", p.obs.etcdErr.Error())
 		p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdUnreachable, message: p.obs.etcdErr.Error(),
 			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdUnreachable, p.now)}

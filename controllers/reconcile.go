@@ -112,6 +112,9 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Client.Get(ctx, req.NamespacedName, cfg); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.written.Delete(req.NamespacedName)
+			if r.etcdWatch != nil {
+				r.etcdWatch.forget(req.NamespacedName)
+			}
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,16 +119,30 @@ func TestOperator_LeaderLossFailsNoWrite(t *testing.T) {
 	}
 	waitReady(t, c, cfg, 2*time.Minute)
 
-	n := 0
-	writes := startCallLog(func(ctx context.Context) error {
-		n++
-		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"e2e-burst":"%d"}}}`, n)
-		return c.Patch(ctx, &v1alpha1.ApiServerConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cfg.Name}}, client.RawPatch("application/merge-patch+json", patch))
-	}, 100*time.Millisecond, 10*time.Second)
+	// Several writers at once: kube-apiserver then keeps several
+	// connections to the webhook Service, spread over both pods, as a busy
+	// GitOps tool would (one writer reuses one connection, to one pod).
+	var writers []*callLog
+	for w := range 6 {
+		n := 0
+		writers = append(writers, startCallLog(func(ctx context.Context) error {
+			n++
+			patch := fmt.Appendf(nil, `{"metadata":{"labels":{"e2e-burst-%d":"%d"}}}`, w, n)
+			return c.Patch(ctx, &v1alpha1.ApiServerConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cfg.Name}}, client.RawPatch("application/merge-patch+json", patch))
+		}, 100*time.Millisecond, 10*time.Second))
+	}
+	finish := func() []call {
+		var all []call
+		for _, w := range writers {
+			all = append(all, w.finish()...)
+		}
+		slices.SortFunc(all, func(a, b call) int { return a.at.Compare(b.at) })
+		return all
+	}
 	finished := false
 	defer func() {
 		if !finished {
-			writes.finish()
+			finish()
 		}
 	}()
 
@@ -153,7 +168,7 @@ func TestOperator_LeaderLossFailsNoWrite(t *testing.T) {
 	waitReady(t, c, cfg, 2*time.Minute)
 	time.Sleep(2 * time.Second)
 	finished = true
-	calls := writes.finish()
+	calls := finish()
 
 	for _, phase := range []struct {
 		what     string
