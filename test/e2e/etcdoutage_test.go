@@ -101,6 +101,19 @@ func firstSuccess(calls []call, from time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// waitServed waits, bounded, until a call of l made after since succeeds.
+func waitServed(t testing.TB, l *callLog, since time.Time, within time.Duration, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(time.Second) {
+		if _, ok := firstSuccess(l.snapshot(), since); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s were not served within %s of their etcd's return", what, within)
+		}
+	}
+}
+
 // restarts sums the apiserver containers' restarts and lists their pods: a
 // restart, or a pod replaced, shows in one or the other.
 func restarts(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) (int32, []string) {
@@ -277,14 +290,7 @@ func TestOperator_EtcdOutagesRestartNoApiserver(t *testing.T) {
 	eventsBack := time.Now() // serving again: StartTenantEtcd waited for it
 	// kube-apiserver reconnects with gRPC's backoff, which grew during the
 	// outage: wait for an event to be created again, bounded.
-	for deadline := time.Now().Add(150 * time.Second); ; time.Sleep(time.Second) {
-		if _, ok := firstSuccess(events.snapshot(), eventsBack); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no event was created within 150s of the events etcd's return")
-		}
-	}
+	waitServed(t, events, eventsBack, 150*time.Second, "events")
 	if duringRestarts != beforeRestarts || strings.Join(duringPods, ",") != strings.Join(beforePods, ",") {
 		t.Errorf("events etcd down for %s: the apiservers restarted (%d restarts, pods %v; before %d, %v)",
 			restarted.Sub(stopped).Round(time.Second), duringRestarts, duringPods, beforeRestarts, beforePods)
@@ -322,6 +328,7 @@ func TestOperator_EtcdOutagesRestartNoApiserver(t *testing.T) {
 	}
 	mainUp = true
 	mainBack := time.Now() // serving again: StartTenantEtcd waited for it
+	waitServed(t, main, mainBack, 90*time.Second, "ConfigMaps")
 	waitConditions(t, c, cfg, map[string]string{v1alpha1.ConditionEtcdAvailable: "True", v1alpha1.ConditionReady: "True"}, 90*time.Second)
 	time.Sleep(3 * time.Second) // calls after recovery, to compare with
 	finished = true
