@@ -450,14 +450,20 @@ func ProbePaths(c *Completed) (livez, readyz string) {
 	for _, o := range c.Spec.Etcd.Overrides {
 		sets[strings.Join(slices.Sorted(slices.Values(o.Servers)), ";")] = true
 	}
-	exclude := url.Values{}
+	overrides := url.Values{}
 	for i := range len(sets) {
-		exclude.Add("exclude", fmt.Sprintf("etcd-override-%d", i))
-		exclude.Add("exclude", fmt.Sprintf("etcd-override-readiness-%d", i))
+		overrides.Add("exclude", fmt.Sprintf("etcd-override-%d", i))
+		overrides.Add("exclude", fmt.Sprintf("etcd-override-readiness-%d", i))
 	}
 	readyz = "/readyz"
-	if len(exclude) > 0 {
-		readyz += "?" + exclude.Encode()
+	if len(overrides) > 0 {
+		readyz += "?" + overrides.Encode()
 	}
-	return "/livez?exclude=etcd", readyz
+	// The group holds them all; the override checks are named too, in case
+	// a version installs them outside it.
+	live := url.Values{"exclude": {"etcd"}}
+	for i := range len(sets) {
+		live.Add("exclude", fmt.Sprintf("etcd-override-%d", i))
+	}
+	return "/livez?" + live.Encode(), readyz
 }

@@ -62,10 +62,36 @@ func (e EtcdV3) Check(ctx context.Context, endpoints []string, tlsConfig *tls.Co
 		cancel()
 		_ = cli.Close()
 		if err != nil {
-			return fmt.Errorf("etcd %s did not answer: %w", ep, err)
+			return &etcdUnreachable{endpoint: ep, err: err}
 		}
 	}
 	return nil
+}
+
+// etcdUnreachable is the error of Check: the first endpoint that did not
+// answer.
+type etcdUnreachable struct {
+	endpoint string
+	err      error
+}
+
+func (e *etcdUnreachable) Error() string {
+	return fmt.Sprintf("etcd %s did not answer: %v", e.endpoint, e.err)
+}
+func (e *etcdUnreachable) Unwrap() error { return e.err }
+
+// unreachableEndpoint is the endpoint err names: "" for no error, the whole
+// message for an error of another kind.
+func unreachableEndpoint(err error) string {
+	var u *etcdUnreachable
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &u):
+		return u.endpoint
+	default:
+		return err.Error()
+	}
 }
 
 // Count implements EtcdClient.
@@ -103,7 +129,7 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 	endpoints := etcdEndpoints(&p.c.Spec.Etcd)
 	p.obs.etcdErr = r.Etcd.Check(ctx, endpoints, p.etcdTLS)
 	if r.etcdWatch != nil {
-		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.obs.etcdErr == nil)
+		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, unreachableEndpoint(p.obs.etcdErr))
 	}
 	if p.obs.etcdErr != nil {
 		ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", p.obs.etcdErr.Error())

@@ -43,7 +43,8 @@ type etcdWatch struct {
 type etcdTarget struct {
 	endpoints []string
 	tls       *tls.Config
-	reachable bool
+	// unreachable is the endpoint that did not answer, "" when all did.
+	unreachable string
 }
 
 func newEtcdWatch(client EtcdClient, interval time.Duration) *etcdWatch {
@@ -61,13 +62,14 @@ func (w *etcdWatch) source() source.Source {
 }
 
 // record is what a pass found: the watch compares its next look with it.
-func (w *etcdWatch) record(key types.NamespacedName, endpoints []string, tlsConfig *tls.Config, reachable bool) {
+func (w *etcdWatch) record(key types.NamespacedName, endpoints []string, tlsConfig *tls.Config, unreachable string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.tenants[key] = etcdTarget{endpoints: slices.Clone(endpoints), tls: tlsConfig, reachable: reachable}
+	w.tenants[key] = etcdTarget{endpoints: slices.Clone(endpoints), tls: tlsConfig, unreachable: unreachable}
 }
 
-// forget stops looking at a deleted tenant.
+// forget stops looking at a tenant: deleted, or whose last pass did not
+// look at its etcd (what it would compare with is stale).
 func (w *etcdWatch) forget(key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -91,8 +93,9 @@ func (w *etcdWatch) Start(ctx context.Context) error {
 	}
 }
 
-// lookOnce checks every tenant once and brings back those whose etcd is
-// now reachable when their last pass found it not, or the reverse.
+// lookOnce checks every tenant once and brings back those whose etcd does
+// not answer as their last pass found: an endpoint went away, came back, or
+// another one is now the one that does not answer.
 func (w *etcdWatch) lookOnce(ctx context.Context) {
 	w.mu.Lock()
 	targets := make(map[types.NamespacedName]etcdTarget, len(w.tenants))
@@ -104,14 +107,14 @@ func (w *etcdWatch) lookOnce(ctx context.Context) {
 	g.SetLimit(etcdWatchConcurrency)
 	for key, t := range targets {
 		g.Go(func() error {
-			reachable := w.client.Check(gctx, t.endpoints, t.tls) == nil
-			if reachable == t.reachable {
+			unreachable := unreachableEndpoint(w.client.Check(gctx, t.endpoints, t.tls))
+			if unreachable == t.unreachable {
 				return nil
 			}
 			w.mu.Lock()
 			// Recorded as seen: the pass it brings records it again.
 			if cur, ok := w.tenants[key]; ok {
-				cur.reachable = reachable
+				cur.unreachable = unreachable
 				w.tenants[key] = cur
 			}
 			w.mu.Unlock()

@@ -46,6 +46,12 @@ func (p *switchableProxy) on(t *testing.T) {
 				continue
 			}
 			p.mu.Lock()
+			if p.ln != ln { // switched off meanwhile
+				p.mu.Unlock()
+				_ = in.Close()
+				_ = out.Close()
+				continue
+			}
 			p.conns = append(p.conns, in, out)
 			p.mu.Unlock()
 			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
@@ -100,6 +106,14 @@ func TestApiServerConfigReconciler_SeesAnEtcdOutageWithoutAnyOtherEvent(t *testi
 
 	proxy.off()
 	eventually(t, 20*time.Second, "EtcdAvailable turns False naming the events etcd", etcdIs(metav1.ConditionFalse, events))
+	// Once Stalled, the operator itself looks again only after
+	// etcdRetryInterval (30 s): a return seen sooner is the watch's.
+	eventually(t, 20*time.Second, "the tenant stalls", func() error {
+		if c := conditionOf(get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta}), v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Stalled is %v", c)
+		}
+		return nil
+	})
 	proxy.on(t)
-	eventually(t, 20*time.Second, "EtcdAvailable turns True again", etcdIs(metav1.ConditionTrue, ""))
+	eventually(t, 15*time.Second, "EtcdAvailable turns True again", etcdIs(metav1.ConditionTrue, ""))
 }

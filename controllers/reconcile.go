@@ -120,6 +120,9 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	cfg = r.fresher(cfg)
 	if !cfg.DeletionTimestamp.IsZero() {
+		if r.etcdWatch != nil {
+			r.etcdWatch.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, r.reconcileDelete(ctx, cfg)
 	}
 	if err := r.addFinalizer(ctx, cfg); err != nil {
@@ -144,6 +147,9 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			result.RequeueAfter = minPositive(result.RequeueAfter, f.since.Add(p.obs.stallAfter).Sub(p.now)+time.Second)
 		}
 		r.trackTimeToReady(cfg, r.Clock.Now())
+		if r.etcdWatch != nil && !p.obs.etcdChecked {
+			r.etcdWatch.forget(req.NamespacedName)
+		}
 	}()
 	for _, s := range r.steps() {
 		if err := s.run(ctx, p); err != nil {

@@ -62,7 +62,13 @@ func must[T any](v T, err error) T {
 // that is printed if the test fails.
 func start(t *testing.T, dir, name string, args ...string) *exec.Cmd {
 	t.Helper()
-	logPath := filepath.Join(dir, name+".log")
+	return startLogged(t, dir, name, name, args...)
+}
+
+// startLogged is start with a log of another name (two etcds).
+func startLogged(t *testing.T, dir, name, logName string, args ...string) *exec.Cmd {
+	t.Helper()
+	logPath := filepath.Join(dir, logName+".log")
 	logFile := must(os.Create(logPath))
 	cmd := exec.Command(filepath.Join(envtest.RepoRoot(), "bin", name), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -75,7 +81,7 @@ func start(t *testing.T, dir, name string, args ...string) *exec.Cmd {
 		_ = logFile.Close()
 		if t.Failed() {
 			out, _ := os.ReadFile(logPath)
-			t.Logf("%s output (last 3000 bytes):\n%s", name, tail(out, 3000))
+			t.Logf("%s output (last 3000 bytes):\n%s", logName, tail(out, 3000))
 		}
 	})
 	return cmd
@@ -100,7 +106,7 @@ func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) (string, *exec.
 	write(t, filepath.Join(certDir, "server.key"), must(serving.KeyPEM()))
 	client := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
 	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	cmd := start(t, dir, "etcd",
+	cmd := startLogged(t, dir, "etcd", "etcd-"+name,
 		"--name="+name, "--data-dir="+filepath.Join(dir, name+"-data"),
 		"--listen-client-urls="+client, "--advertise-client-urls="+client,
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,

@@ -24,6 +24,7 @@ import (
 	"github.com/operator-framework/api/pkg/validation"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -189,8 +190,19 @@ func TestBundleMatchesConfig(t *testing.T) {
 		if len(want.Spec.Template.Spec.Containers) == 0 {
 			t.Fatal("config/default's Deployment has no container")
 		}
-		manager := &want.Spec.Template.Spec.Containers[0]
-		manager.Args = append(manager.Args, olmArgs...)
+		// The flags go to the webhook's process: the container that serves
+		// the webhook port.
+		served := 0
+		for i := range want.Spec.Template.Spec.Containers {
+			c := &want.Spec.Template.Spec.Containers[i]
+			if slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhook" }) {
+				c.Args = append(c.Args, olmArgs...)
+				served++
+			}
+		}
+		if served != 1 {
+			t.Fatalf("config/default's Deployment has %d containers serving the webhook port, want 1", served)
+		}
 		got := strategy.DeploymentSpecs[0]
 		if got.Name != want.Name {
 			t.Errorf("CSV deployment is %s, config/default's %s", got.Name, want.Name)

@@ -274,12 +274,15 @@ func TestOperator_EtcdOutagesRestartNoApiserver(t *testing.T) {
 			t.Fatal("kube-apiserver's /livez kept passing with the events etcd down: the outage is not seen")
 		}
 	}
+	livezFailing := time.Now()
 	waitConditions(t, c, cfg, map[string]string{
 		v1alpha1.ConditionEtcdAvailable: "False|" + etcd.EventsURL,
 		v1alpha1.ConditionDegraded:      "True|" + etcd.EventsURL,
 		v1alpha1.ConditionAvailable:     "True",
 	}, 30*time.Second)
-	time.Sleep(time.Until(stopped.Add(livenessWindow + 10*time.Second)))
+	// Past the liveness window, counted from when an unfiltered probe
+	// started failing.
+	time.Sleep(time.Until(livezFailing.Add(livenessWindow + 10*time.Second)))
 	duringRestarts, duringPods := restarts(t, c, cfg)
 	if !podsReady(t, c, cfg) {
 		t.Errorf("events etcd down: an apiserver left the Service, although it serves everything stored in the main etcd")
