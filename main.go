@@ -188,13 +188,18 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
+	// stopping is set at SIGTERM: see drain.
+	var stopping atomic.Bool
 	if o.webhooks && o.webhookCertDir == "" {
 		o.webhookCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 	}
 	mgrOpts := ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsOpts,
-		WebhookServer:           webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir, TLSOpts: tlsOpts}),
+		Scheme:  scheme,
+		Metrics: metricsOpts,
+		WebhookServer: controllers.DrainingServer{
+			Server:   webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir, TLSOpts: tlsOpts}),
+			Draining: stopping.Load,
+		},
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect,
@@ -237,7 +242,6 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 
 	readyz := healthz.Ping
-	var stopping atomic.Bool
 	var delay time.Duration
 	if o.webhooks && o.webhookCerts == "self" {
 		namespace := os.Getenv("POD_NAMESPACE")

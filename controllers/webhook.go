@@ -2,12 +2,14 @@ package controllers
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -70,4 +72,25 @@ func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alph
 		return warnings, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("ApiServerConfig").GroupKind(), obj.Name, errs)
 	}
 	return warnings, nil
+}
+
+// DrainingServer is a webhook server whose answers close their connection
+// once Draining reports true (the manager got SIGTERM). kube-apiserver keeps
+// connections to the webhook Service open; told to close them, it opens new
+// ones, which the Service sends to the replicas that still serve, instead
+// of sending a request on a connection the stopping server closes under it
+// (an EOF that kube-apiserver does not retry: a failed write).
+type DrainingServer struct {
+	webhook.Server
+	Draining func() bool
+}
+
+// Register serves hook at path, closing connections while draining.
+func (s DrainingServer) Register(path string, hook http.Handler) {
+	s.Server.Register(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.Draining() {
+			w.Header().Set("Connection", "close")
+		}
+		hook.ServeHTTP(w, r)
+	}))
 }

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
@@ -118,5 +121,38 @@ func TestApiServerConfigValidator_WarnsAboutDeprecatedFlags(t *testing.T) {
 	defer recorder.mu.Unlock()
 	if !strings.Contains(strings.Join(recorder.warnings, "\n"), "--kubelet-read-only-port is deprecated") {
 		t.Fatalf("want a warning about the deprecated flag, got %q", recorder.warnings)
+	}
+}
+
+// recordingServer keeps what is registered on it.
+type recordingServer struct {
+	webhook.Server
+	handlers map[string]http.Handler
+}
+
+func (s *recordingServer) Register(path string, hook http.Handler) { s.handlers[path] = hook }
+
+func TestDrainingServer_ClosesConnectionsOnlyWhileDraining(t *testing.T) {
+	inner := &recordingServer{handlers: map[string]http.Handler{}}
+	draining := false
+	s := DrainingServer{Server: inner, Draining: func() bool { return draining }}
+	called := 0
+	s.Register("/validate", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		called++
+		w.WriteHeader(http.StatusOK)
+	}))
+	for _, tt := range []struct {
+		draining  bool
+		wantClose bool
+	}{{false, false}, {true, true}} {
+		draining = tt.draining
+		rec := httptest.NewRecorder()
+		inner.handlers["/validate"].ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/validate", http.NoBody))
+		if got := rec.Header().Get("Connection") == "close"; got != tt.wantClose {
+			t.Errorf("draining %v: the answer closes its connection: %v, want %v", tt.draining, got, tt.wantClose)
+		}
+	}
+	if called != 2 {
+		t.Errorf("the webhook answered %d of 2 requests", called)
 	}
 }
