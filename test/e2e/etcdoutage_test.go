@@ -184,6 +184,11 @@ func livezFails(ctx context.Context, cs *kubernetes.Clientset) bool {
 	return cs.Discovery().RESTClient().Get().AbsPath("/livez").Do(ctx).Error() != nil
 }
 
+// maxReconnect bounds how soon after a 30 s etcd outage kube-apiserver
+// serves again: the end of its gRPC reconnect backoff, plus a readiness
+// probe and the endpoints' update.
+const maxReconnect = 30 * time.Second
+
 // livenessWindow is how long kubelet takes to restart an apiserver whose
 // liveness probe fails: 6 probes, 10 s apart.
 const livenessWindow = 60 * time.Second
@@ -359,8 +364,12 @@ func TestOperator_EtcdOutagesRestartNoApiserver(t *testing.T) {
 	}
 	recovery := at.Sub(mainBack)
 	t.Logf("ConfigMaps served again %s after the main etcd returned (down %s)", recovery.Round(100*time.Millisecond), mainBack.Sub(mainStopped).Round(time.Second))
-	if recovery > 15*time.Second {
-		t.Errorf("clients were served again %s after the main etcd returned, want within 15s", recovery.Round(100*time.Millisecond))
+	// kube-apiserver reconnects with gRPC's backoff (1 s growing by 1.6,
+	// jittered by 20%): after a 30 s outage its next attempt comes 2 to 22 s
+	// after etcd's return, whatever the operator does short of a restart.
+	// Measured 9.9 to 13.8 s; the bound is the backoff's, not a target.
+	if recovery > maxReconnect {
+		t.Errorf("clients were served again %s after the main etcd returned, want within %s", recovery.Round(100*time.Millisecond), maxReconnect)
 	}
 	afterRestarts, afterPods := restarts(t, c, cfg)
 	if afterRestarts != beforeRestarts || strings.Join(afterPods, ",") != strings.Join(beforePods, ",") {
