@@ -25,12 +25,6 @@ const keepUntilExpiry = 200 * 365 * 24 * time.Hour
 // and clients holding the admin kubeconfig need a moment to fetch it again.
 const defaultCATrustPropagation = 2 * time.Minute
 
-// Names of the rotations in status.
-const (
-	caRotationName             = "ca"
-	serviceAccountRotationName = "service-account-key"
-)
-
 // rotator runs one rotation.Kind on the pass's material: where its state
 // lives, what it waits for and what its actions change. A new rotation is
 // a new rotator in rotators.
@@ -170,9 +164,10 @@ func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *p
 		}
 		switch at := rot.kind.WakeAt(next, in); {
 		case next != *state:
-			// What the move changed is rolled out by the next pass: the
-			// Secrets' own events may not come (Retain leaves them
-			// without an owner).
+			// The next phase may wait for no rollout (a CA bundle is
+			// re-read, the Deployment does not change) and the Secrets'
+			// own events may not come (Retain leaves them without an
+			// owner): come back to look.
 			p.requeueWithin(rotationRequeue)
 		case at.After(p.now):
 			// A wait that already holds waits for a rollout, which the
@@ -209,7 +204,7 @@ func (r *ApiServerConfigReconciler) applyChangedSecrets(ctx context.Context, p *
 		applied[s.Name] = s
 	}
 	var changed []*corev1.Secret
-	p.secrets = p.secrets[:0]
+	p.secrets = make([]*corev1.Secret, 0, len(desired))
 	for _, s := range desired {
 		if old := applied[s.Name]; old == nil || !apiequality.Semantic.DeepEqual(old.Data, s.Data) || !apiequality.Semantic.DeepEqual(old.Annotations, s.Annotations) {
 			changed = append(changed, s)

@@ -73,7 +73,7 @@ func trusts(t *testing.T, bundle []byte, key crypto.PublicKey) bool {
 func storedPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string) string {
 	t.Helper()
 	kind, secret := rotation.ServiceAccountKey, apiserver.ServiceAccountSecretName(cfg.Name)
-	if name == caRotationName {
+	if name == rotation.CA.Name {
 		kind, secret = rotation.CA, apiserver.CASecretName(cfg.Name)
 	}
 	s := &corev1.Secret{}
@@ -118,7 +118,7 @@ func TestApiServerConfigReconciler_ServiceAccountKeyRotatesInPhasesWithOverlap(t
 		t.Fatal(err)
 	}
 	d := waitForDeployment(t, cfg)
-	waitForPhase(t, cfg, d, serviceAccountRotationName, "Stable")
+	waitForPhase(t, cfg, d, rotation.ServiceAccountKey.Name, "Stable")
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.ServiceAccountSecretName("sarot")}}
 	oldKey := publicKeyOf(t, get(t, secret).Data[apiserver.ServiceAccountPrivateKeyKey])
 	hashes := map[string]bool{get(t, d).Spec.Template.Annotations[apiserver.ConfigHashAnnotation]: true}
@@ -137,7 +137,7 @@ func TestApiServerConfigReconciler_ServiceAccountKeyRotatesInPhasesWithOverlap(t
 		{"Stable", false, false, false, true},
 	}
 	for _, c := range checks {
-		waitForPhase(t, cfg, d, serviceAccountRotationName, c.phase)
+		waitForPhase(t, cfg, d, rotation.ServiceAccountKey.Name, c.phase)
 		s := get(t, secret)
 		signer := publicKeyOf(t, s.Data[apiserver.ServiceAccountPrivateKeyKey])
 		if signsOld := trusts(t, mustPEM(t, signer), oldKey); signsOld != c.signsWithOld {
@@ -187,14 +187,14 @@ func TestApiServerConfigReconciler_CARotationTrustsBothCAsAndReissuesLeaves(t *t
 		t.Fatal(err)
 	}
 	d := waitForDeployment(t, cfg)
-	waitForPhase(t, cfg, d, caRotationName, "Stable")
+	waitForPhase(t, cfg, d, rotation.CA.Name, "Stable")
 	caSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName("carot")}}
 	oldCA := parseCert(t, get(t, caSecret).Data[corev1.TLSCertKey])
 	servingSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.ServingSecretName("carot")}}
 	servingHash := get(t, d).Spec.Template.Annotations[apiserver.ConfigHashAnnotation]
 
 	annotate(t, cfg, v1alpha1.RotateCAAnnotation, "1")
-	waitForPhase(t, cfg, d, caRotationName, "TrustNew")
+	waitForPhase(t, cfg, d, rotation.CA.Name, "TrustNew")
 	bundle, err := certutil.ParseCertsPEM(get(t, caSecret).Data[apiserver.CABundleKey])
 	if err != nil || len(bundle) != 2 {
 		t.Fatalf("in TrustNew the bundle holds %d CAs (%v), want the new and the old", len(bundle), err)
@@ -206,7 +206,7 @@ func TestApiServerConfigReconciler_CARotationTrustsBothCAsAndReissuesLeaves(t *t
 		t.Fatal("publishing a CA bundle rolled the pods; kube-apiserver re-reads it")
 	}
 
-	waitForPhase(t, cfg, d, caRotationName, "SignWithNew")
+	waitForPhase(t, cfg, d, rotation.CA.Name, "SignWithNew")
 	newCA := parseCert(t, get(t, caSecret).Data[corev1.TLSCertKey])
 	if newCA.Equal(oldCA) {
 		t.Fatal("in SignWithNew the new CA must sign")
