@@ -77,9 +77,11 @@ $(FLAG_CATALOG): $(BUNDLED_DEPS) $(BUNDLED_DIR)/cmd/flag-catalog/main.go
 	cd $(BUNDLED_DIR) && go run -ldflags "$(KUBE_VERSION_LDFLAGS)" ./cmd/flag-catalog > $(abspath $@).tmp
 	mv $@.tmp $@
 
-$(RESOURCE_CATALOG): $(KUBE_APISERVER) $(ETCD) hack/resource-catalog/main.go
-	@echo "Generating $@ from a running bin/kube-apiserver"
-	go run ./hack/resource-catalog > $@.tmp
+# The etcd prefix of each resource comes from upstream's storage factories
+# (built like the binaries, so that the build cache is shared).
+$(RESOURCE_CATALOG): $(KUBE_APISERVER) $(ETCD) hack/resource-catalog/main.go $(BUNDLED_DIR)/cmd/storage-prefixes/main.go
+	@echo "Generating $@ from a running bin/kube-apiserver and the $(KUBE_VERSION) storage factories"
+	go run ./hack/resource-catalog | (cd $(BUNDLED_DIR) && $(BUNDLED_GOENV) go run ./cmd/storage-prefixes) > $@.tmp
 	mv $@.tmp $@
 
 .PHONY: fmt

@@ -91,7 +91,6 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		// Flags that clash with what the operator renders, or each other.
 		{name: "admission-control beside enable-admission-plugins", mutate: extraArgs("admission-control=NamespaceLifecycle"), field: "spec.extraArgs[0].value", message: "mutually exclusive"},
 		{name: "a signing endpoint beside the signing key", mutate: extraArgs("service-account-signing-endpoint=/run/signer.sock"), field: "spec.extraArgs[0].value", message: "mutually exclusive"},
-		{name: "automatic reload without encryption", mutate: extraArgs("encryption-provider-config-automatic-reload=true"), field: "spec.extraArgs[0].value", message: "must be set with --encryption-provider-config"},
 		{name: "a leadership lease not above the renew deadline", mutate: extraArgs("coordinated-leadership-lease-duration=5s"), field: "spec.extraArgs[0].value", message: "must be greater than --coordinated-leadership-renew-deadline"},
 		{name: "a file the pod does not have", mutate: extraArgs("audit-webhook-config-file=/etc/hosts"), field: "spec.extraArgs[0].value", message: "/etc/hosts: no such file or directory"},
 		{name: "an error that names no flag is placed by elimination", mutate: extraArgs("goaway-chance=0.01", "log-text-split-stream=true"), field: "spec.extraArgs[1].value", message: "Feature LoggingAlphaOptions is disabled"},
@@ -122,9 +121,6 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		{name: "encryption of *", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox", Resources: []string{"*"}}
 		}, field: "spec.encryption", message: "use '*.' to encrypt all the resources from core API group"},
-		{name: "a wildcard beside a resource of its group", mutate: func(c *v1alpha1.ApiServerConfig) {
-			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox", Resources: []string{"*.apps", "deployments.apps"}}
-		}, field: "spec.encryption", message: "overlapping resources"},
 		{name: "a removed group spelling", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox", Resources: []string{"deployments.extensions"}}
 		}, field: "spec.encryption", message: "'extensions' group has been removed"},

@@ -62,6 +62,9 @@ type Catalog struct {
 	// Resources maps each stored built-in group/resource to the versions
 	// that serve it.
 	Resources map[schema.GroupResource][]string
+	// EtcdPrefixes maps each of them to the etcd key prefix (after
+	// --etcd-prefix) under which this version stores it.
+	EtcdPrefixes map[schema.GroupResource]string
 }
 
 type flagFile struct {
@@ -74,9 +77,10 @@ type flagFile struct {
 type resourceFile struct {
 	Version   string `json:"version"`
 	Resources []struct {
-		Group    string   `json:"group"`
-		Resource string   `json:"resource"`
-		Versions []string `json:"versions"`
+		Group      string   `json:"group"`
+		Resource   string   `json:"resource"`
+		Versions   []string `json:"versions"`
+		EtcdPrefix string   `json:"etcdPrefix"`
 	} `json:"resources"`
 }
 
@@ -125,6 +129,7 @@ func readCatalog(flagsName, resourcesName string) (*Catalog, error) {
 		FeatureGates:     make(map[string]FeatureGate, len(ff.FeatureGates)),
 		AdmissionPlugins: make(map[string]AdmissionPlugin, len(ff.AdmissionPlugins)),
 		Resources:        make(map[schema.GroupResource][]string, len(rf.Resources)),
+		EtcdPrefixes:     make(map[schema.GroupResource]string, len(rf.Resources)),
 	}
 	for _, f := range ff.Flags {
 		c.Flags[f.Name] = f
@@ -136,7 +141,12 @@ func readCatalog(flagsName, resourcesName string) (*Catalog, error) {
 		c.AdmissionPlugins[p.Name] = p
 	}
 	for _, r := range rf.Resources {
-		c.Resources[schema.GroupResource{Group: r.Group, Resource: r.Resource}] = r.Versions
+		gr := schema.GroupResource{Group: r.Group, Resource: r.Resource}
+		c.Resources[gr] = r.Versions
+		if r.EtcdPrefix == "" {
+			return nil, fmt.Errorf("reading the embedded catalogs: %s has no etcd prefix for %s (run make generate)", resourcesName, gr)
+		}
+		c.EtcdPrefixes[gr] = r.EtcdPrefix
 	}
 	return c, nil
 }

@@ -1,9 +1,7 @@
 package apiserver
 
 import (
-	"encoding/base64"
 	"fmt"
-	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
@@ -92,68 +90,3 @@ func DefaultAuditPolicy() ([]byte, error) {
 	return out, nil
 }
 
-// EncryptionKey is one key of the encryption provider; the first key
-// encrypts, all of them decrypt, so a key is rotated by putting a new one
-// first and dropping the old one once everything was rewritten.
-type EncryptionKey struct {
-	Name string
-	// Secret is the raw key: 32 bytes.
-	Secret []byte
-}
-
-// EncryptionConfig renders the EncryptionConfiguration for
-// spec.encryption.provider with keys, newest first. The identity provider
-// comes last so that data written before encryption was turned on can still
-// be read. The result holds key material: it goes in a Secret only.
-func EncryptionConfig(spec *v1alpha1.EncryptionSpec, keys []EncryptionKey) ([]byte, error) {
-	if spec == nil || spec.Provider == "" {
-		return nil, fmt.Errorf("rendering the encryption configuration: spec.encryption.provider is not set")
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("rendering the encryption configuration: no key for provider %s", spec.Provider)
-	}
-	var ks []apiserverv1.Key
-	for _, k := range keys {
-		if len(k.Secret) != 32 {
-			return nil, fmt.Errorf("rendering the encryption configuration: key %q has %d bytes, %s needs 32", k.Name, len(k.Secret), spec.Provider)
-		}
-		ks = append(ks, apiserverv1.Key{Name: k.Name, Secret: base64.StdEncoding.EncodeToString(k.Secret)})
-	}
-	var provider apiserverv1.ProviderConfiguration
-	switch spec.Provider {
-	case "secretbox":
-		provider.Secretbox = &apiserverv1.SecretboxConfiguration{Keys: ks}
-	case "aescbc":
-		provider.AESCBC = &apiserverv1.AESConfiguration{Keys: ks}
-	case "aesgcm":
-		provider.AESGCM = &apiserverv1.AESConfiguration{Keys: ks}
-	default:
-		return nil, fmt.Errorf("rendering the encryption configuration: unknown provider %q", spec.Provider)
-	}
-	resources := spec.Resources
-	if len(resources) == 0 {
-		resources = []string{"secrets"}
-	}
-	resources = slices.Sorted(slices.Values(resources))
-	cfg := apiserverv1.EncryptionConfiguration{
-		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "EncryptionConfiguration"},
-		Resources: []apiserverv1.ResourceConfiguration{{
-			Resources: resources,
-			Providers: []apiserverv1.ProviderConfiguration{provider, {Identity: &apiserverv1.IdentityConfiguration{}}},
-		}},
-	}
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("rendering the encryption configuration: %w", err)
-	}
-	return out, nil
-}
-
-// String names the key without its secret, so that logs and errors never
-// carry key material.
-func (k EncryptionKey) String() string {
-	return fmt.Sprintf("EncryptionKey{Name: %q, %d bytes}", k.Name, len(k.Secret))
-}
-
-// GoString is String, for %#v.
-func (k EncryptionKey) GoString() string { return k.String() }

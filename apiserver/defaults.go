@@ -51,6 +51,10 @@ func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
 		spec.Authorization.Modes = []v1alpha1.AuthorizationMode{"Node", "RBAC"}
 	}
 
+	if spec.Encryption == nil {
+		spec.Encryption = &v1alpha1.EncryptionSpec{Provider: v1alpha1.EncryptionSecretbox}
+	}
+
 	setInt32Ptr(&spec.Audit.MaxAge, 30)
 	setInt32Ptr(&spec.Audit.MaxBackups, 10)
 	setInt32Ptr(&spec.Audit.MaxSizeMB, 100)

@@ -102,7 +102,7 @@ func OwnedSecrets(name string) []OwnedSecret {
 		{Name: KubeletClientSecretName(name), Keys: tls},
 		{Name: FrontProxyClientSecretName(name), Keys: tls},
 		{Name: AdminKubeconfigSecretName(name), Keys: []string{KubeconfigKey}},
-		{Name: EncryptionSecretName(name), Keys: []string{EncryptionConfigKey}},
+		{Name: EncryptionSecretName(name), Keys: []string{EncryptionConfigKey, EncryptionKeysKey}},
 		{Name: CASecretName(name), Keys: ca, Retainable: true},
 		{Name: FrontProxyCASecretName(name), Keys: ca, Retainable: true},
 		{Name: ServiceAccountSecretName(name), Keys: []string{ServiceAccountPrivateKeyKey, ServiceAccountPublicKeysKey}, Retainable: true},
@@ -246,27 +246,6 @@ func DesiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
 		cm.Data[AuditPolicyKey] = string(policy)
 	}
 	return cm, nil
-}
-
-// DesiredEncryptionSecret holds the EncryptionConfiguration built from
-// keys (newest first), when spec.encryption.provider asks the operator to
-// manage encryption; nil otherwise (no encryption, or the user's own
-// configuration Secret).
-func DesiredEncryptionSecret(c *Completed, keys []EncryptionKey) (*corev1.Secret, error) {
-	e := c.Spec.Encryption
-	if e == nil || e.Provider == "" {
-		return nil, nil
-	}
-	data, err := EncryptionConfig(e, keys)
-	if err != nil {
-		return nil, err
-	}
-	return &corev1.Secret{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: objectMeta(c, EncryptionSecretName(c.Name)),
-		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{EncryptionConfigKey: data},
-	}, nil
 }
 
 // ConfigHash summarizes what kube-apiserver reads only when it starts: its

@@ -9,6 +9,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 func TestDesiredPKISecrets_ProvideEveryFileTheDeploymentMounts(t *testing.T) {
@@ -90,7 +91,7 @@ func TestOwnedSecrets_AreWhatIsWrittenAndMounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc, err := DesiredEncryptionSecret(c, stand.encryption)
+	enc, err := DesiredEncryptionSecret(c, EncryptionKeys{Current: EncryptionLayout{Key: stand.encryption, Resources: DefaultEncryptedResources}}, rotation.State{})
 	if err != nil {
 		t.Fatal(err)
 	}

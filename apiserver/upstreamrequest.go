@@ -11,6 +11,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
 )
 
@@ -24,7 +25,7 @@ const DefaultPodIP = "10.0.0.10"
 type throwaway struct {
 	pki        PKISecrets
 	etcd       map[string][]byte
-	encryption []EncryptionKey
+	encryption EncryptionKey
 	authzHook  []byte
 	oidcCA     []byte
 }
@@ -100,7 +101,7 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 			AdminKubeconfig: []byte("unused"),
 		},
 		etcd:       map[string][]byte{"ca": bundle, "cert": etcdClient.CertPEM(), "key": etcdKey},
-		encryption: []EncryptionKey{{Name: "validation", Secret: secret}},
+		encryption: EncryptionKey{Name: "validation", Provider: v1alpha1.EncryptionSecretbox, Secret: secret},
 		authzHook:  hookData,
 		oidcCA:     bundle,
 	}, nil
@@ -123,9 +124,9 @@ func (t *throwaway) standIn(c *Completed, path string) ([]byte, error) {
 	case AuditPolicyFile:
 		return DefaultAuditPolicy()
 	case EncryptionConfigFile:
-		stand := *c.Spec.Encryption
-		stand.Provider = "secretbox"
-		return EncryptionConfig(&stand, t.encryption)
+		// The user's own configuration: it is read where the operator
+		// reads it.
+		return EncryptionKeys{Current: EncryptionLayout{Key: t.encryption, Resources: DefaultEncryptedResources}}.Config()
 	default:
 		return nil, fmt.Errorf("building the validation request: no stand-in for %s, which the pods read from a user's object", path)
 	}
@@ -161,7 +162,17 @@ func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
 	}
 	owned := secrets
 	if e := c.Spec.Encryption; e != nil && e.Provider != "" {
-		enc, err := DesiredEncryptionSecret(c, t.encryption)
+		// The spec's layout, as the rotation will render it next to the
+		// one it replaces (the widest configuration the pods may get).
+		provider, resources := EncryptionTarget(e)
+		key := t.encryption
+		if key.Provider = provider; provider == v1alpha1.EncryptionIdentity {
+			key = identityKey
+		}
+		previous := t.encryption
+		previous.Name, previous.Provider = "previous", v1alpha1.EncryptionSecretbox
+		keys := EncryptionKeys{Current: EncryptionLayout{Key: key, Resources: resources}, Old: &EncryptionLayout{Key: previous, Resources: resources}}
+		enc, err := DesiredEncryptionSecret(c, keys, rotation.State{})
 		if err != nil {
 			return upstream.Request{}, err
 		}

@@ -97,6 +97,11 @@ type ApiServerConfigReconciler struct {
 	// looked at between passes (DefaultEtcdWatchInterval when zero).
 	EtcdWatchInterval time.Duration
 
+	// Tenants opens a tenant's API, to rewrite what a new encryption key
+	// must encrypt again (connectTenant, through the tenant's Service,
+	// when nil).
+	Tenants TenantConnector
+
 	// etcdWatch brings a tenant back when its etcd goes away or returns.
 	etcdWatch *etcdWatch
 

@@ -25,6 +25,9 @@ type EtcdClient interface {
 	Check(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error
 	// Count returns how many keys each prefix holds, with count-only reads.
 	Count(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefixes ...string) ([]int64, error)
+	// Scan calls fn with every key and value under prefix, as one
+	// consistent snapshot read page by page.
+	Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string, fn func(key, value []byte)) error
 }
 
 // EtcdV3 is the EtcdClient of go.etcd.io/etcd/client/v3.
@@ -112,6 +115,42 @@ func (e EtcdV3) Count(ctx context.Context, endpoints []string, tlsConfig *tls.Co
 		counts[i] = resp.Count
 	}
 	return counts, nil
+}
+
+// scanPage is how many keys a Scan reads at once.
+const scanPage = 500
+
+// Scan implements EtcdClient: linearizable pages, all at the revision of
+// the first one.
+func (e EtcdV3) Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string, fn func(key, value []byte)) error {
+	cli, err := e.client(endpoints, tlsConfig)
+	if err != nil {
+		return fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+	}
+	defer func() { _ = cli.Close() }()
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	from := prefix
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(scanPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		reqCtx, cancel := context.WithTimeout(ctx, e.timeout())
+		resp, err := cli.Get(reqCtx, from, opts...)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("reading the keys under %s in etcd %v: %w", prefix, endpoints, err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			fn(kv.Key, kv.Value)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
 }
 
 // reconcileEtcd checks that every etcd server answers. An unreachable one

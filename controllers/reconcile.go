@@ -48,8 +48,10 @@ type pass struct {
 	// etcdTLS is how the operator reaches etcd (nil without TLS).
 	etcdTLS   *tls.Config
 	configMap *corev1.ConfigMap
-	// encryption is the operator's encryption Secret, nil without one.
+	// encryption is the operator's encryption Secret, nil without one;
+	// enc is its material.
 	encryption *corev1.Secret
+	enc        *encryptionPass
 	// secrets are the PKI Secrets as the Secrets step rendered them.
 	secrets []*corev1.Secret
 
@@ -99,6 +101,7 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 		{"Secrets", r.applySecrets},
 		{"Deployment", r.reconcileDeployment},
 		{"PodDisruptionBudget", r.reconcileDisruptionBudget},
+		{"Encryption", r.reconcileEncryption},
 		{"Rotation", r.reconcileRotations},
 		{"Status", r.reportApplied},
 	}

@@ -82,6 +82,7 @@ func (r *ApiServerConfigReconciler) rotators() []rotator {
 			},
 			act: actOnServiceAccountKey,
 		},
+		r.encryptionRotator(),
 	}
 }
 
@@ -176,10 +177,28 @@ func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *p
 		}
 		moved = moved || next != *state
 		*state = next
-		statuses = append(statuses, rotationStatus(rot.kind.Name, next))
+		st := rotationStatus(rot.kind.Name, next)
+		if rot.kind.Name == rotation.EncryptionKey.Name && next.Phase != rotation.Stable {
+			st.Message = p.enc.progress
+		}
+		statuses = append(statuses, st)
 	}
 	p.cfg.Status.Rotations = statuses
+	p.obs.encryption = p.encryptionObservation()
+	// A proof records when it held, even when the rotation rests.
+	encryptionChanged, err := p.publishEncryption()
+	if err != nil {
+		return err
+	}
+	if encryptionChanged {
+		if err := r.apply(ctx, p.cfg, p.encryption, true); err != nil {
+			return err
+		}
+	}
 	if !moved {
+		if encryptionChanged {
+			return r.applyDeployment(ctx, p)
+		}
 		return nil
 	}
 	if err := p.pki.publishTrust(p.now); err != nil {

@@ -73,8 +73,11 @@ func trusts(t *testing.T, bundle []byte, key crypto.PublicKey) bool {
 func storedPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string) string {
 	t.Helper()
 	kind, secret := rotation.ServiceAccountKey, apiserver.ServiceAccountSecretName(cfg.Name)
-	if name == rotation.CA.Name {
+	switch name {
+	case rotation.CA.Name:
 		kind, secret = rotation.CA, apiserver.CASecretName(cfg.Name)
+	case rotation.EncryptionKey.Name:
+		kind, secret = rotation.EncryptionKey, apiserver.EncryptionSecretName(cfg.Name)
 	}
 	s := &corev1.Secret{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cfg.Namespace, Name: secret}, s); err != nil {

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 // observations are what one reconcile pass found and did; each condition
@@ -42,6 +44,23 @@ type observations struct {
 	// podsLeft counts the apiserver pods that exist, those shutting down
 	// included.
 	podsLeft int
+	// encryption is where encryption at rest stands; nil when the pass
+	// did not get to look.
+	encryption *encryptionObservation
+}
+
+// encryptionObservation is what the Encrypted condition reports.
+type encryptionObservation struct {
+	userManaged bool
+	phase       rotation.Phase
+	// current is the layout that encrypts (its key's secret left out);
+	// oldPlain: the layout being replaced stored plain text.
+	current  apiserver.EncryptionLayout
+	oldPlain bool
+	provenAt *time.Time
+	progress string
+	// postponed: a rotation is due but the tenant is hibernated.
+	postponed bool
 }
 
 // unobserved reports whether the pass stopped before it looked at what
@@ -52,6 +71,8 @@ func (o observations) unobserved(t string) bool {
 		return !o.certsReady
 	case v1alpha1.ConditionEtcdAvailable:
 		return !o.etcdChecked
+	case v1alpha1.ConditionEncrypted:
+		return o.encryption == nil
 	}
 	return false
 }
@@ -218,10 +239,46 @@ func reconcilingCondition(o observations) metav1.Condition {
 	return condition(v1alpha1.ConditionReconciling, true, ready.Reason, ready.Message, o.generation)
 }
 
+// encryptedCondition says whether what is stored is encrypted, as far as
+// the operator proved it.
+func encryptedCondition(o observations) metav1.Condition {
+	e := o.encryption
+	if e == nil || e.userManaged {
+		c := condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonUserManaged,
+			"spec.encryption.configSecretName: the user's EncryptionConfiguration, neither rotated nor proven by the operator", o.generation)
+		c.Status = metav1.ConditionUnknown
+		return c
+	}
+	what := fmt.Sprintf("%s encrypted with %s key %s", strings.Join(e.current.Resources, ", "), e.current.Key.Provider, e.current.Key.Name)
+	switch {
+	case e.current.Key.Provider == v1alpha1.EncryptionIdentity && e.phase == rotation.Stable:
+		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonEncryptionDisabled, "spec.encryption.provider is identity: resources are stored in plain text", o.generation)
+	case e.current.Key.Provider == v1alpha1.EncryptionIdentity:
+		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonReencrypting, "Decrypting (spec.encryption.provider is identity): "+e.progress, o.generation)
+	case e.phase == rotation.SignWithNew && e.oldPlain:
+		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonReencrypting, "Encrypting what is stored in plain text: "+e.progress, o.generation)
+	case e.phase != rotation.Stable:
+		msg := fmt.Sprintf("Rotating the encryption key (phase %s)", e.phase)
+		if e.progress != "" {
+			msg += ": " + e.progress
+		}
+		return condition(v1alpha1.ConditionEncrypted, true, v1alpha1.ReasonRotationInProgress, msg, o.generation)
+	}
+	msg := what
+	if e.provenAt != nil {
+		msg += fmt.Sprintf(", every stored value proven in etcd at %s", e.provenAt.UTC().Format(time.RFC3339))
+	}
+	if e.postponed {
+		msg += "; a rotation is due and starts when the tenant wakes (masterCount is 0)"
+	}
+	return condition(v1alpha1.ConditionEncrypted, true, v1alpha1.ReasonEncryptionProven, msg, o.generation)
+}
+
 // conditions are every condition of the ApiServerConfig, in a fixed order.
 func conditions(o observations) []metav1.Condition {
 	return []metav1.Condition{
 		readyCondition(o), reconcilingCondition(o), stalledCondition(o), certificatesCondition(o),
 		etcdCondition(o), availableCondition(o), progressingCondition(o), degradedCondition(o),
+		encryptedCondition(o),
 	}
 }

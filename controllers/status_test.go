@@ -192,8 +192,8 @@ func TestConditions(t *testing.T) {
 			}
 		})
 	}
-	if len(conditions(healthy)) != 8 {
-		t.Fatalf("want the 8 documented condition types, got %d", len(conditions(healthy)))
+	if len(conditions(healthy)) != 9 {
+		t.Fatalf("want the 9 documented condition types, got %d", len(conditions(healthy)))
 	}
 }
 

@@ -77,6 +77,7 @@ func run(m *testing.M) (int, error) {
 		Scheme:    mgr.GetScheme(),
 		Recorder:  mgr.GetEventRecorder("apiserver-operator"),
 		Etcd:      EtcdV3{Timeout: 2 * time.Second},
+		Tenants:   connectTestTenant,
 		// Short intervals, so that Auto sizing is observable in a test.
 		AutoSizingInterval: time.Second,
 		CATrustPropagation: time.Second,

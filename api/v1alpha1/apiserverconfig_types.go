@@ -114,7 +114,10 @@ type ApiServerConfigSpec struct {
 	// +optional
 	Audit AuditSpec `json:"audit,omitempty"`
 
-	// Encryption configures encryption of resources at rest in etcd.
+	// Encryption configures encryption of resources at rest in etcd: on by
+	// default (secretbox over Secrets and ConfigMaps); provider identity
+	// opts out.
+	// +kubebuilder:default={provider: "secretbox"}
 	// +optional
 	Encryption *EncryptionSpec `json:"encryption,omitempty"`
 
@@ -563,28 +566,67 @@ type AuditSpec struct {
 	MaxSizeMB *int32 `json:"maxSizeMB,omitempty"`
 }
 
-// EncryptionProvider is the first provider of the encryption configuration.
-// +kubebuilder:validation:Enum=secretbox;aescbc;aesgcm
+// EncryptionProvider encrypts resources at rest with a key the operator
+// generates; identity stores them in plain text (the opt-out).
+// +kubebuilder:validation:Enum=secretbox;aescbc;aesgcm;identity
 type EncryptionProvider string
 
-// EncryptionSpec configures encryption at rest. Either the operator
-// generates and keeps the key (provider), or the user supplies a whole
-// EncryptionConfiguration (configSecretName).
+// The providers of spec.encryption.provider.
+const (
+	EncryptionSecretbox EncryptionProvider = "secretbox"
+	EncryptionAESCBC    EncryptionProvider = "aescbc"
+	EncryptionAESGCM    EncryptionProvider = "aesgcm"
+	// EncryptionIdentity stores in plain text: the explicit opt-out.
+	EncryptionIdentity EncryptionProvider = "identity"
+)
+
+// EncryptionSpec configures encryption at rest. By default the operator
+// encrypts Secrets and ConfigMaps with secretbox and a key it generates,
+// rotates the key periodically and proves in etcd that every stored value
+// moved to the new key before it drops the old one. Either the operator
+// keeps the key (provider), or the user supplies a whole
+// EncryptionConfiguration (configSecretName) and rotates it.
 // +kubebuilder:validation:XValidation:rule="has(self.provider) != has(self.configSecretName)",message="set exactly one of provider and configSecretName"
 // +kubebuilder:validation:XValidation:rule="!has(self.configSecretName) || !has(self.resources)",fieldPath=".resources",message="resources are set in the EncryptionConfiguration when configSecretName is used"
+// +kubebuilder:validation:XValidation:rule="!has(self.configSecretName) || !has(self.rotationPeriod)",fieldPath=".rotationPeriod",message="the operator rotates only the keys it generates (provider)"
 type EncryptionSpec struct {
-	// Provider the operator configures with a key it generates.
+	// Provider the operator configures with a key it generates: secretbox
+	// (the default: XSalsa20-Poly1305, CIS 1.2.28), aescbc or aesgcm; or
+	// identity to store resources in plain text. Changing it (or
+	// resources) re-encrypts, or decrypts, every stored object of the
+	// resources concerned before the previous key is dropped.
 	// +optional
 	Provider EncryptionProvider `json:"provider,omitempty"`
 
 	// Resources to encrypt, as resource or resource.group. Defaults to
-	// secrets.
+	// secrets and configmaps: Secrets hold credentials by definition, and
+	// ConfigMaps are where credentials end up when someone misfiles them
+	// (OpenShift and HyperShift encrypt both for that reason).
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:items:Pattern=`^(\*|[a-z][a-z0-9]*)(\.(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*))?$`
 	// +listType=set
 	// +optional
 	Resources []string `json:"resources,omitempty"`
+
+	// RotationPeriod is how often the operator replaces the key (and
+	// re-encrypts everything with the new one); 0 turns periodic rotation
+	// off. The annotation controlplane.apiserver-operator.dev/rotate-encryption-key
+	// asks for a rotation at any time. Defaults to 28 days (Gardener's
+	// period). A hibernated tenant (masterCount 0) rotates when it wakes.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || duration(self) >= duration('1h')",message="must be 0 (never) or at least 1h"
+	// +optional
+	RotationPeriod *metav1.Duration `json:"rotationPeriod,omitempty"`
+
+	// RewritesPerSecond bounds how fast the operator rewrites stored
+	// objects through the tenant's API when it re-encrypts them. Defaults
+	// to 100.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	RewritesPerSecond *int32 `json:"rewritesPerSecond,omitempty"`
 
 	// ConfigSecretName names a Secret, key encryption-config.yaml, with a
 	// complete EncryptionConfiguration.
@@ -865,13 +907,19 @@ type ApiServerConfigStatus struct {
 
 // RotationStatus is the phase of the rotation of one CA or key.
 type RotationStatus struct {
-	// Name is ca or service-account-key.
+	// Name is ca, service-account-key or encryption-key.
 	Name string `json:"name"`
-	// Phase is Stable, TrustNew, SignWithNew or PruneOld.
+	// Phase is Stable, TrustNew, SignWithNew or PruneOld. For the
+	// encryption key: TrustNew decrypts with the new key, SignWithNew
+	// encrypts with it and re-encrypts what the old key encrypted.
 	Phase string `json:"phase"`
 	// Since is when the phase began.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
+	// Message says what the phase waits for, such as the progress of a
+	// re-encryption.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // CertificateStatus reports one certificate.

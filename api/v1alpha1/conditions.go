@@ -33,6 +33,12 @@ const (
 	// than it should or a step fails: its reason names the cause and its
 	// lastTransitionTime says since when that cause holds.
 	ConditionDegraded = "Degraded"
+	// ConditionEncrypted is True when every stored value of the encrypted
+	// resources is encrypted: proven in etcd by the operator after the key
+	// or the resources changed. False while values stored in plain text
+	// are being encrypted, or when encryption is turned off; Unknown with
+	// the user's own EncryptionConfiguration.
+	ConditionEncrypted = "Encrypted"
 )
 
 // Annotations a user sets on an ApiServerConfig.
@@ -43,6 +49,10 @@ const (
 	// RotateCAAnnotation starts a rotation of the cluster CA whenever its
 	// value changes.
 	RotateCAAnnotation = "controlplane.apiserver-operator.dev/rotate-ca"
+	// RotateEncryptionKeyAnnotation starts a rotation of the encryption
+	// key (with the re-encryption of every stored object) whenever its
+	// value changes.
+	RotateEncryptionKeyAnnotation = "controlplane.apiserver-operator.dev/rotate-encryption-key"
 )
 
 // Condition reasons. A reason is CamelCase and says why a condition has its
@@ -65,6 +75,18 @@ const (
 	ReasonCertificatesIssued = "CertificatesIssued"
 	// ReasonRotationInProgress: a CA or key rotation is between phases.
 	ReasonRotationInProgress = "RotationInProgress"
+	// ReasonEncryptionProven: every stored value carries the key that
+	// encrypts, as read in etcd.
+	ReasonEncryptionProven = "Proven"
+	// ReasonReencrypting: values stored in plain text, or with a key about
+	// to be dropped, are being rewritten.
+	ReasonReencrypting = "Reencrypting"
+	// ReasonEncryptionDisabled: spec.encryption.provider is identity.
+	ReasonEncryptionDisabled = "EncryptionDisabled"
+	// ReasonUserManaged: the user supplies the configuration
+	// (spec.encryption.configSecretName); the operator neither rotates nor
+	// proves it.
+	ReasonUserManaged = "UserManaged"
 	// ReasonReplicasNotReady: fewer replicas are ready than masterCount.
 	ReasonReplicasNotReady = "ReplicasNotReady"
 	// ReasonReconcileError: a step failed and is retried with backoff.

@@ -70,6 +70,10 @@ const (
 	// WaitOverlap: Inputs.Overlap has passed since what the phase
 	// published rolled out, or the old signer expired.
 	WaitOverlap Wait = "Overlap"
+	// WaitProof: the caller proved that nothing depends on the old signer
+	// any more (Inputs.Proven), such as no value in etcd still encrypted
+	// with the old key.
+	WaitProof Wait = "Proof"
 )
 
 // Step is one phase of a Kind.
@@ -114,6 +118,22 @@ var (
 	// ServiceAccountKey rotates the service-account signing key: tokens
 	// the old key signed verify until the old public key is dropped.
 	ServiceAccountKey = Kind{Name: "service-account-key", Steps: signerSteps()}
+	// EncryptionKey replaces the key that encrypts resources in etcd (or
+	// the set of resources it encrypts): every apiserver can decrypt with
+	// the new key before any encrypts with it, and the old key is dropped
+	// only once no stored value needs it. The "signer" is the key that
+	// encrypts; "trusted" means the apiservers still decrypt with it.
+	EncryptionKey = Kind{Name: "encryption-key", Steps: []Step{
+		{Phase: Stable, Wait: WaitDue, Next: TrustNew, Actions: []Action{Generate}},
+		// Nothing re-reads the encryption configuration without a
+		// rollout: once every apiserver decrypts with the new key, one
+		// may encrypt with it.
+		{Phase: TrustNew, TrustsOld: true, Wait: WaitRollout, Next: SignWithNew, Actions: []Action{SwitchSigner}},
+		// Every apiserver encrypts with the new key; the caller rewrites
+		// what the old one encrypted and proves it in etcd.
+		{Phase: SignWithNew, TrustsOld: true, Wait: WaitProof, Next: PruneOld},
+		{Phase: PruneOld, Wait: WaitRollout, Next: Stable},
+	}}
 )
 
 // State is the progress of one rotation. The zero value means "never
@@ -153,6 +173,8 @@ type Inputs struct {
 	// Overlap is how long the old signer stays trusted after the new one
 	// signs everywhere (unless it expires first).
 	Overlap time.Duration
+	// Proven: nothing depends on the old signer any more (WaitProof).
+	Proven bool
 }
 
 // Step returns the step of phase p, and false for a phase k does not have.
@@ -219,6 +241,8 @@ func (k Kind) waited(step Step, s State, in Inputs) bool {
 		return !now.Before(s.Since.Add(in.Propagation))
 	case WaitOverlap:
 		return !now.Before(s.RolledOutAt.Add(in.Overlap)) || (!s.OldNotAfter.IsZero() && now.After(s.OldNotAfter))
+	case WaitProof:
+		return in.Proven
 	default:
 		return true
 	}

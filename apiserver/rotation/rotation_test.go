@@ -123,8 +123,49 @@ func TestNext_ServiceAccountKey(t *testing.T) {
 	}
 }
 
+// TestNext_EncryptionKey: the new key decrypts everywhere before it
+// encrypts anywhere, and the old key stays until the caller proved that no
+// stored value needs it, however long that takes.
+func TestNext_EncryptionKey(t *testing.T) {
+	stable := State{Phase: Stable, Since: now, SignerSince: now}
+	reading := State{Phase: TrustNew, Since: now.Add(day), SignerSince: now, Request: "r"}
+	writing := State{Phase: SignWithNew, Since: now.Add(day + time.Minute), SignerSince: now.Add(day + time.Minute), Request: "r"}
+	tests := []struct {
+		name        string
+		state       State
+		in          Inputs
+		want        State
+		wantActions []Action
+	}{
+		{name: "nothing asked", state: stable, in: Inputs{Now: now.Add(day), RolledOut: true}, want: stable},
+		{name: "asked: generate a key that only decrypts", state: stable, in: Inputs{Now: now.Add(day), RolledOut: true, Request: "r"},
+			want: reading, wantActions: []Action{Generate}},
+		{name: "new key not yet everywhere: nobody encrypts with it", state: reading, in: Inputs{Now: now.Add(2 * day)}, want: reading},
+		{name: "new key decrypts everywhere: encrypt with it", state: reading, in: Inputs{Now: now.Add(day + time.Minute), RolledOut: true},
+			want: writing, wantActions: []Action{SwitchSigner}},
+		{name: "no proof: the old key stays, whatever the time", state: writing, in: Inputs{Now: now.Add(3650 * day), RolledOut: true, Overlap: time.Nanosecond}, want: writing},
+		{name: "proof but rolling out: wait", state: writing, in: Inputs{Now: now.Add(2 * day), Proven: true}, want: writing},
+		{name: "proven: drop the old key", state: writing, in: Inputs{Now: now.Add(2 * day), RolledOut: true, Proven: true},
+			want: State{Phase: PruneOld, Since: now.Add(2 * day), SignerSince: now.Add(day + time.Minute), Request: "r"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, actions := EncryptionKey.Next(tt.state, tt.in)
+			if got != tt.want {
+				t.Errorf("state = %+v\nwant    %+v", got, tt.want)
+			}
+			if !slices.Equal(actions, tt.wantActions) {
+				t.Errorf("actions = %v, want %v", actions, tt.wantActions)
+			}
+			if at := EncryptionKey.WakeAt(got, tt.in); got.Phase != Stable && !at.IsZero() {
+				t.Errorf("%s waits for a rollout or a proof, not a time, but wakes at %v", got.Phase, at)
+			}
+		})
+	}
+}
+
 func TestKind_TrustsOld(t *testing.T) {
-	for _, k := range []Kind{CA, ServiceAccountKey} {
+	for _, k := range []Kind{CA, ServiceAccountKey, EncryptionKey} {
 		for phase, want := range map[Phase]bool{Stable: false, TrustNew: true, SignWithNew: true, PruneOld: false, "": false} {
 			if got := k.TrustsOld(phase); got != want {
 				t.Errorf("%s: TrustsOld(%q) = %v, want %v", k.Name, phase, got, want)

@@ -26,6 +26,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
@@ -152,6 +153,9 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	c := must(apiserver.Complete(cfg, apiserver.Inputs{}))
 	args := must(apiserver.Args(c))
 	cm := must(apiserver.DesiredConfigMap(c, nil))
+	// Encryption at rest as a new tenant gets it.
+	encryptionKeys := must(apiserver.NewEncryptionKeys(c.Spec.Encryption))
+	encryption := must(apiserver.DesiredEncryptionSecret(c, encryptionKeys, rotation.State{}))
 
 	// The PKI, at the paths the flags name, under dir instead of /.
 	root := func(path string) string { return filepath.Join(dir, path) }
@@ -179,6 +183,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		apiserver.EtcdKeyFile:                  must(etcdClient.KeyPEM()),
 		apiserver.AuthenticationConfigFile:     []byte(cm.Data[apiserver.AuthenticationConfigKey]),
 		apiserver.AuditPolicyFile:              []byte(cm.Data[apiserver.AuditPolicyKey]),
+		apiserver.EncryptionConfigFile:         encryption.Data[apiserver.EncryptionConfigKey],
 	} {
 		write(t, root(path), data)
 	}
@@ -272,6 +277,39 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	}
 	if n := count(eventsEtcd, nsKey); n != 0 {
 		t.Errorf("the events etcd holds %d keys %s, want 0", n, nsKey)
+	}
+
+	// Secrets and ConfigMaps are stored encrypted with the key, where the
+	// operator's proof of a re-encryption looks for them (the etcd
+	// prefixes of the catalog, generated from upstream's storage
+	// factories); what is not encrypted is stored in plain protobuf.
+	_ = must(cs.CoreV1().Secrets(ns.Name).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boot-secret"},
+		StringData: map[string]string{"password": "hunter2"}}, metav1.CreateOptions{}))
+	_ = must(cs.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "boot-config"},
+		Data: map[string]string{"password": "hunter2"}}, metav1.CreateOptions{}))
+	raw := func(endpoint, key string) []byte {
+		t.Helper()
+		cli := must(clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: tlsConfig, DialTimeout: 10 * time.Second}))
+		defer func() { _ = cli.Close() }()
+		resp := must(cli.Get(ctx, key))
+		if len(resp.Kvs) != 1 {
+			t.Fatalf("etcd %s holds no key %s", endpoint, key)
+		}
+		return resp.Kvs[0].Value
+	}
+	areas := must(apiserver.EncryptionAreas(c, c.Catalog, nil, encryptionKeys))
+	if len(areas) != 2 {
+		t.Fatalf("a default tenant proves %d areas of etcd, want Secrets and ConfigMaps: %+v", len(areas), areas)
+	}
+	for _, a := range areas {
+		key := a.KeyPrefix + ns.Name + "/boot-" + map[string]string{"secrets": "secret", "configmaps": "config"}[a.Resources[0].Resource]
+		value := raw(mainEtcd, key)
+		if !strings.HasPrefix(string(value), a.Want) || a.Want != "k8s:enc:secretbox:v1:key-1:" || strings.Contains(string(value), "hunter2") {
+			t.Errorf("%s is stored as %.40q, want it behind %q", key, value, a.Want)
+		}
+	}
+	if value := raw(mainEtcd, nsKey); !strings.HasPrefix(string(value), "k8s\x00") {
+		t.Errorf("a namespace, not encrypted, is stored as %.20q", value)
 	}
 
 	// The audit log is written where the flags say, at the Metadata level.

@@ -1,0 +1,382 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
+)
+
+// encryptionPass is the operator-managed encryption as a pass sees it: the
+// material in the encryption Secret, where its rotation stands and what
+// this pass found in etcd.
+type encryptionPass struct {
+	keys  apiserver.EncryptionKeys
+	state rotation.State
+	// proven: this pass found every stored value of the encrypted
+	// resources written with keys.Current's key.
+	proven bool
+	// progress says what the rotation waits for, for status.
+	progress string
+	// hibernated: a rotation is due but no apiserver runs to carry it.
+	hibernated bool
+}
+
+// reencryptSlice bounds the time a pass spends rewriting objects; the next
+// pass follows at once and goes on where etcd says it stopped.
+const reencryptSlice = 5 * time.Second
+
+// loadEncryption reads the encryption material and where its rotation
+// stands, or creates the first key. A new key starts encrypting at once,
+// with identity as the old layout: what the tenant stored before (a tenant
+// that had no encryption, or an etcd that already holds data) is rewritten
+// and proven like after any rotation, before the rotation rests.
+func (r *ApiServerConfigReconciler) loadEncryption(ctx context.Context, p *pass) error {
+	p.enc = nil
+	provider, _ := apiserver.EncryptionTarget(p.c.Spec.Encryption)
+	if provider == "" {
+		return nil // the user's own EncryptionConfiguration
+	}
+	name := apiserver.EncryptionSecretName(p.cfg.Name)
+	request := p.cfg.Annotations[v1alpha1.RotateEncryptionKeyAnnotation]
+	existing := &corev1.Secret{}
+	err := ownSecrets{r}.Get(ctx, ctrl.ObjectKey{Namespace: p.cfg.Namespace, Name: name}, existing)
+	switch {
+	case err == nil && len(existing.Data[apiserver.EncryptionKeysKey]) > 0:
+		legacy := apiserver.EncryptionLayout{Key: apiserver.EncryptionKey{Provider: provider}, Resources: p.c.Spec.Encryption.Resources}
+		if len(legacy.Resources) == 0 {
+			legacy.Resources = []string{"secrets"} // what releases before layouts encrypted
+		}
+		keys, err := apiserver.ParseEncryptionKeys(existing.Data[apiserver.EncryptionKeysKey], legacy)
+		if err != nil {
+			return fmt.Errorf("reading the encryption keys of Secret %s/%s (restore it from a backup: data encrypted with a lost key is lost): %w", p.cfg.Namespace, name, err)
+		}
+		state, err := apiserver.RotationStateOf(rotation.EncryptionKey, existing)
+		if err != nil {
+			return err
+		}
+		if state.Phase == "" {
+			// Written before the key rotated: prove what it encrypted.
+			state = rotation.State{Phase: rotation.SignWithNew, Since: p.now, SignerSince: p.now, Request: request}
+		}
+		p.enc = &encryptionPass{keys: keys, state: state}
+	case err != nil && !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading Secret %s/%s: %w", p.cfg.Namespace, name, err)
+	default:
+		keys, err := apiserver.NewEncryptionKeys(p.c.Spec.Encryption)
+		if err != nil {
+			return err
+		}
+		p.enc = &encryptionPass{keys: keys, state: rotation.State{Phase: rotation.SignWithNew, Since: p.now, SignerSince: p.now, Request: request}}
+	}
+	return nil
+}
+
+// renderEncryption renders the encryption Secret from the pass's material.
+func (p *pass) renderEncryption() error {
+	if p.enc == nil {
+		p.encryption = nil
+		return nil
+	}
+	var err error
+	p.encryption, err = apiserver.DesiredEncryptionSecret(p.c, p.enc.keys, p.enc.state)
+	return err
+}
+
+// encryptionRotator runs rotation.EncryptionKey on the pass's material.
+func (r *ApiServerConfigReconciler) encryptionRotator() rotator {
+	return rotator{
+		kind: rotation.EncryptionKey,
+		state: func(p *pass) *rotation.State {
+			if p.enc == nil {
+				return nil
+			}
+			return &p.enc.state
+		},
+		inputs: func(p *pass, s rotation.State) rotation.Inputs {
+			e := p.c.Spec.Encryption
+			in := rotation.Inputs{Request: p.cfg.Annotations[v1alpha1.RotateEncryptionKeyAnnotation], Proven: p.enc.proven}
+			provider, resources := apiserver.EncryptionTarget(e)
+			period := apiserver.DefaultEncryptionRotationPeriod
+			if e.RotationPeriod != nil {
+				period = e.RotationPeriod.Duration
+			}
+			switch {
+			case !p.enc.keys.Current.Matches(provider, resources):
+				in.DueAt = p.now // the spec asks for another layout
+			case period > 0 && provider != v1alpha1.EncryptionIdentity && !s.SignerSince.IsZero():
+				in.DueAt = s.SignerSince.Add(period)
+			}
+			if s.Phase == rotation.Stable && *p.c.Spec.MasterCount == 0 {
+				// Nothing could rewrite what the old key encrypted: the
+				// rotation starts when the tenant wakes.
+				due := (in.Request != "" && in.Request != s.Request) || (!in.DueAt.IsZero() && !p.now.Before(in.DueAt))
+				p.enc.hibernated = due
+				in.Request, in.DueAt = s.Request, time.Time{}
+			}
+			return in
+		},
+		act: func(p *pass, a rotation.Action) error {
+			m := &p.enc.keys
+			switch a {
+			case rotation.Generate:
+				if m.Next == nil {
+					provider, resources := apiserver.EncryptionTarget(p.c.Spec.Encryption)
+					key, err := apiserver.NewEncryptionKey(provider, m.NextKeyName())
+					if err != nil {
+						return err
+					}
+					m.Next = &apiserver.EncryptionLayout{Key: key, Resources: resources}
+				}
+			case rotation.SwitchSigner:
+				if m.Next == nil {
+					return fmt.Errorf("switching the encryption key: Secret %s lost its next key; restart the rotation", apiserver.EncryptionSecretName(p.cfg.Name))
+				}
+				old := m.Current
+				m.Current, m.Old, m.Next, m.ProvenAt = *m.Next, &old, nil, nil
+			}
+			return nil
+		},
+	}
+}
+
+// encryptionObservation is what the Encrypted condition needs.
+func (p *pass) encryptionObservation() *encryptionObservation {
+	if p.enc == nil {
+		return &encryptionObservation{userManaged: true}
+	}
+	k := p.enc.keys
+	current := k.Current
+	current.Key.Secret = nil
+	return &encryptionObservation{
+		phase: p.enc.state.Phase, current: current, provenAt: k.ProvenAt, progress: p.enc.progress, postponed: p.enc.hibernated,
+		oldPlain: k.Old != nil && k.Old.Key.Provider == v1alpha1.EncryptionIdentity,
+	}
+}
+
+// publishEncryption drops the layouts the rotation's phase no longer
+// decrypts with and renders the Secret again; true when it changed.
+func (p *pass) publishEncryption() (bool, error) {
+	if p.enc == nil {
+		return false, nil
+	}
+	if !rotation.EncryptionKey.TrustsOld(p.enc.state.Phase) {
+		p.enc.keys.Old = nil
+	}
+	before := p.encryption
+	if err := p.renderEncryption(); err != nil {
+		return false, err
+	}
+	return before == nil || !bytes.Equal(before.Data[apiserver.EncryptionConfigKey], p.encryption.Data[apiserver.EncryptionConfigKey]) ||
+		!bytes.Equal(before.Data[apiserver.EncryptionKeysKey], p.encryption.Data[apiserver.EncryptionKeysKey]) ||
+		before.Annotations[apiserver.RotationStateAnnotation] != p.encryption.Annotations[apiserver.RotationStateAnnotation], nil
+}
+
+// reconcileEncryption proves, while the encryption key's rotation waits
+// for it, that every stored value of the encrypted resources carries the
+// key that encrypts now, reading the tenant's etcd; it rewrites what does
+// not through the tenant's API, paced and in slices, each pass going on
+// where etcd says the last one stopped (so an operator restart loses
+// nothing). It runs only once every apiserver encrypts with that key.
+func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *pass) error {
+	e := p.enc
+	if e == nil || e.state.Phase != rotation.SignWithNew || r.Etcd == nil {
+		return nil
+	}
+	if !rolloutDone(p.current) {
+		e.progress = "waits until every apiserver encrypts with " + e.keys.Current.Key.Name
+		return nil
+	}
+	areas, tenant, err := r.encryptedAreas(ctx, p)
+	if err != nil {
+		return err
+	}
+	stale, total, err := r.staleValues(ctx, p, areas, p.c.Spec.Encryption)
+	if err != nil {
+		return err
+	}
+	if total == 0 {
+		e.proven = true
+		at := p.now.UTC().Truncate(time.Second)
+		e.keys.ProvenAt = &at
+		e.progress = "every stored value carries " + e.keys.Current.Key.Name
+		return nil
+	}
+	if *p.c.Spec.MasterCount == 0 {
+		e.progress = fmt.Sprintf("%d stored values still need re-encryption with %s; the tenant is hibernated (masterCount 0), it goes on when it wakes", total, e.keys.Current.Key.Name)
+		return nil
+	}
+	if tenant == nil {
+		if tenant, err = r.tenants()(ctx, p); err != nil {
+			return err
+		}
+	}
+	rewritten, failed := r.rewrite(ctx, p, tenant, stale)
+	e.progress = fmt.Sprintf("re-encrypting with %s: %d stored values still carry an older key or none, %d rewritten in this pass", e.keys.Current.Key.Name, total-rewritten, rewritten)
+	if failed != nil {
+		e.progress += "; failed: " + failed.Error()
+	}
+	p.requeueWithin(time.Millisecond)
+	return nil
+}
+
+func (r *ApiServerConfigReconciler) tenants() TenantConnector {
+	if r.Tenants != nil {
+		return r.Tenants
+	}
+	return connectTenant
+}
+
+// encryptedAreas are the areas of etcd to prove. Custom resources count
+// when the encrypted resources name something the catalog does not know
+// (a wildcard or a group of its own): the tenant's discovery lists them.
+func (r *ApiServerConfigReconciler) encryptedAreas(ctx context.Context, p *pass) ([]apiserver.EncryptedArea, TenantAPI, error) {
+	var custom []schema.GroupResource
+	var tenant TenantAPI
+	if needsDiscovery(p.c.Catalog, p.enc.keys) && *p.c.Spec.MasterCount > 0 {
+		var err error
+		if tenant, err = r.tenants()(ctx, p); err != nil {
+			return nil, nil, err
+		}
+		served, err := tenant.Resources(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		for gr := range served {
+			custom = append(custom, gr)
+		}
+	}
+	areas, err := apiserver.EncryptionAreas(p.c, p.c.Catalog, custom, p.enc.keys)
+	if err != nil {
+		return nil, nil, fmt.Errorf("proving the re-encryption: %w", err)
+	}
+	return areas, tenant, nil
+}
+
+// needsDiscovery: a layout names a resource the catalog cannot resolve.
+func needsDiscovery(catalog *apiserver.Catalog, m apiserver.EncryptionKeys) bool {
+	for _, l := range []*apiserver.EncryptionLayout{&m.Current, m.Old} {
+		if l == nil {
+			continue
+		}
+		for _, res := range l.Resources {
+			resource, group, _ := strings.Cut(res, ".")
+			if strings.Contains(res, "*") {
+				return true
+			}
+			if _, ok := catalog.EtcdPrefixes[schema.GroupResource{Group: group, Resource: resource}]; !ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// staleValue is a stored value not (yet) written with the current key.
+type staleValue struct {
+	area *apiserver.EncryptedArea
+	key  string
+}
+
+// staleValues scans every area and returns how many values are stale, and
+// the first of them, as many as a pass rewrites.
+func (r *ApiServerConfigReconciler) staleValues(ctx context.Context, p *pass, areas []apiserver.EncryptedArea, e *v1alpha1.EncryptionSpec) ([]staleValue, int, error) {
+	limit := int(rewritesPerSecond(e) * int32(reencryptSlice/time.Second))
+	var stale []staleValue
+	total := 0
+	for i := range areas {
+		a := &areas[i]
+		err := r.Etcd.Scan(ctx, a.Servers, p.etcdTLS, a.KeyPrefix, func(key, value []byte) {
+			if storedWith(a, value) {
+				return
+			}
+			total++
+			if len(stale) < limit {
+				stale = append(stale, staleValue{area: a, key: string(key)})
+			}
+		})
+		if err != nil {
+			return nil, 0, fmt.Errorf("proving the re-encryption: %w", err)
+		}
+	}
+	return stale, total, nil
+}
+
+// storedWith reports whether value is as the area wants it: written with
+// its key, or in plain text where nothing encrypts.
+func storedWith(a *apiserver.EncryptedArea, value []byte) bool {
+	if a.Want == "" {
+		return !bytes.HasPrefix(value, []byte(apiserver.EncryptedValuePrefix))
+	}
+	return bytes.HasPrefix(value, []byte(a.Want))
+}
+
+func rewritesPerSecond(e *v1alpha1.EncryptionSpec) int32 {
+	if e != nil && e.RewritesPerSecond != nil && *e.RewritesPerSecond > 0 {
+		return *e.RewritesPerSecond
+	}
+	return apiserver.DefaultRewritesPerSecond
+}
+
+// rewrite writes the stale objects back through the tenant's API, paced,
+// for at most reencryptSlice. It returns how many it rewrote and the first
+// failures (a failure does not stop the others: the next pass retries).
+func (r *ApiServerConfigReconciler) rewrite(ctx context.Context, p *pass, tenant TenantAPI, stale []staleValue) (int, error) {
+	served, err := tenant.Resources(ctx)
+	if err != nil {
+		return 0, err
+	}
+	limiter := rate.NewLimiter(rate.Limit(rewritesPerSecond(p.c.Spec.Encryption)), 1)
+	ctx, cancel := context.WithTimeout(ctx, reencryptSlice)
+	defer cancel()
+	rewritten := 0
+	var failures []error
+	for _, s := range stale {
+		if err := limiter.Wait(ctx); err != nil {
+			break // the slice is over
+		}
+		res, ok := servedResource(s.area, served)
+		if !ok {
+			failures = append(failures, fmt.Errorf("%s: none of %v is served by the tenant's API", s.key, s.area.Resources))
+			continue
+		}
+		namespace, name := "", strings.TrimPrefix(s.key, s.area.KeyPrefix)
+		if res.Namespaced {
+			namespace, name, _ = strings.Cut(name, "/")
+		}
+		if err := tenant.Rewrite(ctx, res, namespace, name); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failures = append(failures, fmt.Errorf("rewriting %s %s/%s: %w", res.GroupResource(), namespace, name, err))
+			continue
+		}
+		rewritten++
+	}
+	if len(failures) > 3 {
+		failures = append(failures[:3], fmt.Errorf("and %d more", len(failures)-3))
+	}
+	return rewritten, errors.Join(failures...)
+}
+
+// servedResource is the first of the area's resources the tenant serves.
+func servedResource(a *apiserver.EncryptedArea, served map[schema.GroupResource]TenantResource) (TenantResource, bool) {
+	for _, gr := range a.Resources {
+		if res, ok := served[gr]; ok {
+			return res, true
+		}
+	}
+	return TenantResource{}, false
+}
