@@ -63,6 +63,9 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		field, message string
 	}{
 		{name: "the minimal spec", mutate: nil},
+		{name: "DenyServiceExternalIPs turned off", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.DisablePlugins = []string{"DenyServiceExternalIPs"}
+		}},
 		{name: "valid extra arguments", mutate: extraArgs("goaway-chance=0.01", "livez-grace-period=10s", "cors-allowed-origins=^https://example\\.com$")},
 		{name: "every optional feature", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.ServiceClusterIPRange = []string{"10.112.0.0/16", "fd00:10:112::/108"}

@@ -512,7 +512,8 @@ type AuthorizationWebhookSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.enablePlugins) || !has(self.disablePlugins) || !self.enablePlugins.exists(p, p in self.disablePlugins)",message="a plugin cannot be both enabled and disabled"
 type AdmissionSpec struct {
 	// EnablePlugins are turned on in addition to the default set
-	// (--enable-admission-plugins). NodeRestriction is always on.
+	// (--enable-admission-plugins). NodeRestriction is always on, and so is
+	// DenyServiceExternalIPs unless disablePlugins lists it.
 	// +kubebuilder:validation:MaxItems=48
 	// +kubebuilder:validation:items:MaxLength=64
 	// +kubebuilder:validation:items:Pattern=`^[A-Z][A-Za-z0-9.]*$`
@@ -522,7 +523,12 @@ type AdmissionSpec struct {
 	EnablePlugins []string `json:"enablePlugins,omitempty"`
 
 	// DisablePlugins are turned off even if on by default
-	// (--disable-admission-plugins).
+	// (--disable-admission-plugins). The operator turns
+	// DenyServiceExternalIPs on for every tenant (CIS 1.2.3): without it any
+	// user who may create a Service can set its externalIPs and intercept
+	// traffic to those addresses (CVE-2020-8554). A tenant that really
+	// needs Service externalIPs lists DenyServiceExternalIPs here; Services
+	// that already have externalIPs keep them either way.
 	// +kubebuilder:validation:MaxItems=48
 	// +kubebuilder:validation:items:MaxLength=64
 	// +kubebuilder:validation:items:Pattern=`^[A-Z][A-Za-z0-9.]*$`

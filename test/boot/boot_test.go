@@ -243,6 +243,16 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 
 	// Events go to the events etcd, everything else to the main one.
 	ns := must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "boot-test"}}, metav1.CreateOptions{}))
+
+	// DenyServiceExternalIPs is on by default (CIS 1.2.3): a Service that
+	// claims an external address is refused, even for the admin.
+	_, err := cs.CoreV1().Services(ns.Name).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "intercept"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}, ExternalIPs: []string{"203.0.113.10"}},
+	}, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "Use of external IPs is denied") {
+		t.Errorf("a Service with externalIPs: got %v, want it denied by DenyServiceExternalIPs", err)
+	}
 	_ = must(cs.CoreV1().Events(ns.Name).Create(ctx, &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: "boot-event"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns.Name, Name: "boot-pod", APIVersion: "v1"},
