@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
@@ -109,6 +110,24 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		{name: "ImagePolicyWebhook without its configuration", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Admission.EnablePlugins = []string{"ImagePolicyWebhook"}
 		}, field: "spec.admission.enablePlugins", message: `couldn't init admission plugin "ImagePolicyWebhook"`},
+
+		// EventRateLimit: the operator renders its configuration.
+		{name: "EventRateLimit with the default limits", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{}
+		}},
+		{name: "EventRateLimit with a limit of every type", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{Limits: []v1alpha1.EventRateLimit{
+				{Type: "Server", QPS: 100, Burst: 200}, {Type: "Namespace", QPS: 10, Burst: 20, CacheSize: ptr.To[int32](100)},
+				{Type: "User", QPS: 5, Burst: 10}, {Type: "SourceAndObject", QPS: 1, Burst: 5, CacheSize: ptr.To[int32](1000)},
+			}}
+		}},
+		{name: "EventRateLimit both turned on and disabled", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{}
+			c.Spec.Admission.DisablePlugins = []string{"EventRateLimit"}
+		}, field: "spec.admission.disablePlugins", message: "overlapped"},
+		{name: "EventRateLimit listed in enablePlugins, without its limits", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EnablePlugins = []string{"EventRateLimit"}
+		}, field: "spec.admission.enablePlugins", message: "limits: Invalid value"},
 
 		// OIDC issuers upstream refuses.
 		{name: "an issuer URL with a query", mutate: func(c *v1alpha1.ApiServerConfig) {

@@ -166,6 +166,9 @@ func managedFlags(c *Completed) []managedFlag {
 	if s.Authorization.Webhook != nil {
 		add("authorization-webhook-config-file", "spec.authorization.webhook", AuthorizationWebhookKubeconfigFile)
 	}
+	if usesAdmissionConfig(c) {
+		add("admission-control-config-file", "spec.admission.eventRateLimit", AdmissionConfigFile)
+	}
 	if len(s.Admission.DisablePlugins) > 0 {
 		disabled := slices.Sorted(slices.Values(s.Admission.DisablePlugins))
 		add("disable-admission-plugins", "spec.admission.disablePlugins", strings.Join(disabled, ","))
@@ -350,17 +353,21 @@ func PluginSupported(name string, v *utilversion.Version, catalog *Catalog) bool
 	return !ok || !v.LessThan(utilversion.MustParseSemantic(added))
 }
 
-// enabledPlugins are spec.admission.enablePlugins and the plugins the
-// operator turns on for every tenant, sorted: NodeRestriction (CIS 1.2.14;
-// the CRD refuses to disable it) and DenyServiceExternalIPs (CIS 1.2.3),
-// unless spec.admission.disablePlugins lists it: kube-apiserver refuses a
-// plugin that is both enabled and disabled, and a user who disables a
-// default means it.
+// enabledPlugins are spec.admission.enablePlugins, the plugins of typed
+// fields (EventRateLimit) and the plugins the operator turns on for every
+// tenant, sorted: NodeRestriction (CIS 1.2.14; the CRD refuses to disable
+// it) and DenyServiceExternalIPs (CIS 1.2.3), unless
+// spec.admission.disablePlugins lists it: kube-apiserver refuses a plugin
+// that is both enabled and disabled, and a user who disables a default
+// means it.
 func enabledPlugins(c *Completed) []string {
 	a := c.Spec.Admission
 	plugins := append([]string{"NodeRestriction"}, a.EnablePlugins...)
 	if !slices.Contains(a.DisablePlugins, DenyServiceExternalIPs) && PluginSupported(DenyServiceExternalIPs, c.Version, c.Catalog) {
 		plugins = append(plugins, DenyServiceExternalIPs)
+	}
+	if a.EventRateLimit != nil {
+		plugins = append(plugins, EventRateLimit)
 	}
 	slices.Sort(plugins)
 	return slices.Compact(plugins)

@@ -19,6 +19,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -144,6 +145,11 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 			Serving:               v1alpha1.ServingSpec{SecurePort: int32(port)},
 			CacheSizing:           v1alpha1.CacheSizingSpec{DisabledResources: []v1alpha1.GroupResource{{Resource: "events"}}},
 			ExtraArgs:             []v1alpha1.ExtraArg{{Name: "bind-address", Value: "127.0.0.1"}},
+			// A namespace's events are limited to a burst of 5, so that
+			// the test sees the limit within a few writes.
+			Admission: v1alpha1.AdmissionSpec{EventRateLimit: &v1alpha1.EventRateLimitSpec{Limits: []v1alpha1.EventRateLimit{
+				{Type: "Server", QPS: 5000, Burst: 20000}, {Type: "Namespace", QPS: 1, Burst: 5},
+			}}},
 		},
 	}
 	if errs, _ := apiserver.Validate(cfg); len(errs) > 0 {
@@ -177,10 +183,14 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		apiserver.EtcdCAFile:                   etcdCA.CertPEM(),
 		apiserver.EtcdCertFile:                 etcdClient.CertPEM(),
 		apiserver.EtcdKeyFile:                  must(etcdClient.KeyPEM()),
-		apiserver.AuthenticationConfigFile:     []byte(cm.Data[apiserver.AuthenticationConfigKey]),
-		apiserver.AuditPolicyFile:              []byte(cm.Data[apiserver.AuditPolicyKey]),
 	} {
 		write(t, root(path), data)
+	}
+	// The files of the operator's ConfigMap, where the pods mount them.
+	for path, data := range apiserver.PodFiles(c, apiserver.ObjectsData(nil, cm)) {
+		if len(data) > 0 {
+			write(t, root(path), data)
+		}
 	}
 	for i, a := range args {
 		a = strings.ReplaceAll(a, "$("+apiserver.PodIPEnv+")", "127.0.0.1")
@@ -258,6 +268,26 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns.Name, Name: "boot-pod", APIVersion: "v1"},
 		Reason:         "Booted", Message: "rendered by the operator", Type: corev1.EventTypeNormal,
 	}, metav1.CreateOptions{}))
+	// EventRateLimit (spec.admission.eventRateLimit) answers 429 once the
+	// namespace's burst is used up.
+	limited := false
+	for i := range 20 {
+		_, err := cs.CoreV1().Events(ns.Name).Create(ctx, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("flood-%d", i)},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns.Name, Name: "boot-pod", APIVersion: "v1"},
+			Reason:         "Flood", Message: "one of many", Type: corev1.EventTypeWarning,
+		}, metav1.CreateOptions{})
+		if apierrors.IsTooManyRequests(err) {
+			limited = true
+			break
+		}
+		if err != nil {
+			t.Fatalf("creating event %d: %v", i, err)
+		}
+	}
+	if !limited {
+		t.Error("20 events in a row in one namespace were all accepted: EventRateLimit's namespace burst of 5 is not enforced")
+	}
 	tlsConfig := &tls.Config{RootCAs: x509.NewCertPool(), Certificates: []tls.Certificate{{
 		Certificate: [][]byte{etcdClient.Cert().Raw}, PrivateKey: etcdClient.Key(),
 	}}}
