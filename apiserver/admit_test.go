@@ -109,7 +109,7 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		// Admission plugins that need a configuration.
 		{name: "ImagePolicyWebhook without its configuration", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Admission.EnablePlugins = []string{"ImagePolicyWebhook"}
-		}, field: "spec.admission.enablePlugins", message: `couldn't init admission plugin "ImagePolicyWebhook"`},
+		}, field: "spec.admission.enablePlugins[0]", message: `couldn't init admission plugin "ImagePolicyWebhook"`},
 
 		// EventRateLimit: the operator renders its configuration.
 		{name: "EventRateLimit with the default limits", mutate: func(c *v1alpha1.ApiServerConfig) {
@@ -125,9 +125,12 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{}
 			c.Spec.Admission.DisablePlugins = []string{"EventRateLimit"}
 		}, field: "spec.admission.disablePlugins", message: "overlapped"},
+		{name: "an EventRateLimit limit upstream refuses", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{Limits: []v1alpha1.EventRateLimit{{Type: "Namespace", QPS: 0, Burst: 10}}}
+		}, field: "spec.admission.eventRateLimit", message: "limits[0].qps"},
 		{name: "EventRateLimit listed in enablePlugins, without its limits", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Admission.EnablePlugins = []string{"EventRateLimit"}
-		}, field: "spec.admission.enablePlugins", message: "limits: Invalid value"},
+		}, field: "spec.admission.enablePlugins[0]", message: "limits: Invalid value"},
 
 		// OIDC issuers upstream refuses.
 		{name: "an issuer URL with a query", mutate: func(c *v1alpha1.ApiServerConfig) {
