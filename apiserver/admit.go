@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -171,15 +172,47 @@ func specFieldPath(f string) *field.Path {
 	return p
 }
 
+// pluginRef finds the admission plugin an error is about, as
+// kube-apiserver names it when the plugin fails to initialise
+// (`couldn't init admission plugin "EventRateLimit": ...`).
+var pluginRef = regexp.MustCompile(`admission plugin "([A-Za-z0-9.]+)"`)
+
+// pluginOrigin is the field that turns on the admission plugin a message
+// is about: its configuration field, or its item of enablePlugins; nil
+// for a plugin of kube-apiserver's or the operator's defaults, or a
+// message about no plugin.
+func pluginOrigin(c *Completed, msg string) *flagOrigin {
+	m := pluginRef.FindStringSubmatch(msg)
+	if m == nil {
+		return nil
+	}
+	admission := field.NewPath("spec", "admission")
+	if m[1] == EventRateLimit && c.Spec.Admission.EventRateLimit != nil {
+		return &flagOrigin{path: admission.Child("eventRateLimit"), value: field.OmitValueType{}}
+	}
+	if i := slices.Index(c.Spec.Admission.EnablePlugins, m[1]); i >= 0 {
+		return &flagOrigin{path: admission.Child("enablePlugins").Index(i), value: m[1]}
+	}
+	return nil
+}
+
 // problemError reports a problem at the field of the flag it concerns
-// (the best ranked, when it concerns several); nil when it names no flag
-// of the command line.
+// (the best ranked, when it concerns several), or at the field that turns
+// on the admission plugin it is about; nil when it names no flag of the
+// command line.
 func problemError(c *Completed, p upstream.Problem) *field.Error {
 	origins := flagOrigins(c)
 	var best *flagOrigin
 	for _, name := range p.Flags {
 		if o, ok := origins[name]; ok && (best == nil || o.rank < best.rank) {
 			best = &o
+		}
+	}
+	// The admission flags' fields are not where a plugin that fails to
+	// initialise is chosen or configured.
+	if best != nil && best.rank > 0 {
+		if o := pluginOrigin(c, p.Message); o != nil {
+			best = o
 		}
 	}
 	msg := fmt.Sprintf("kube-apiserver %s would refuse to start: %s", c.Spec.Version, p.Message)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
@@ -63,6 +64,9 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		field, message string
 	}{
 		{name: "the minimal spec", mutate: nil},
+		{name: "DenyServiceExternalIPs turned off", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.DisablePlugins = []string{"DenyServiceExternalIPs"}
+		}},
 		{name: "valid extra arguments", mutate: extraArgs("goaway-chance=0.01", "livez-grace-period=10s", "cors-allowed-origins=^https://example\\.com$")},
 		{name: "every optional feature", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.ServiceClusterIPRange = []string{"10.112.0.0/16", "fd00:10:112::/108"}
@@ -104,7 +108,28 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		// Admission plugins that need a configuration.
 		{name: "ImagePolicyWebhook without its configuration", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Admission.EnablePlugins = []string{"ImagePolicyWebhook"}
-		}, field: "spec.admission.enablePlugins", message: `couldn't init admission plugin "ImagePolicyWebhook"`},
+		}, field: "spec.admission.enablePlugins[0]", message: `couldn't init admission plugin "ImagePolicyWebhook"`},
+
+		// EventRateLimit: the operator renders its configuration.
+		{name: "EventRateLimit with the default limits", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{}
+		}},
+		{name: "EventRateLimit with a limit of every type", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{Limits: []v1alpha1.EventRateLimit{
+				{Type: "Server", QPS: 100, Burst: 200}, {Type: "Namespace", QPS: 10, Burst: 20, CacheSize: ptr.To[int32](100)},
+				{Type: "User", QPS: 5, Burst: 10}, {Type: "SourceAndObject", QPS: 1, Burst: 5, CacheSize: ptr.To[int32](1000)},
+			}}
+		}},
+		{name: "EventRateLimit both turned on and disabled", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{}
+			c.Spec.Admission.DisablePlugins = []string{"EventRateLimit"}
+		}, field: "spec.admission.disablePlugins", message: "overlapped"},
+		{name: "an EventRateLimit limit upstream refuses", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{Limits: []v1alpha1.EventRateLimit{{Type: "Namespace", QPS: 0, Burst: 10}}}
+		}, field: "spec.admission.eventRateLimit", message: "limits[0].qps"},
+		{name: "EventRateLimit listed in enablePlugins, without its limits", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Admission.EnablePlugins = []string{"EventRateLimit"}
+		}, field: "spec.admission.enablePlugins[0]", message: "limits: Invalid value"},
 
 		// OIDC issuers upstream refuses.
 		{name: "an issuer URL with a query", mutate: func(c *v1alpha1.ApiServerConfig) {

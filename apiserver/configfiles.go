@@ -1,9 +1,11 @@
 package apiserver
 
 import (
+	"encoding/json"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/utils/ptr"
@@ -70,6 +72,63 @@ func oidcUsernamePrefix(o *v1alpha1.OIDCSpec) string {
 	default:
 		return o.IssuerURL + "#"
 	}
+}
+
+// EventRateLimit is the admission plugin that limits the rate of Event
+// writes; spec.admission.eventRateLimit turns it on.
+const EventRateLimit = "EventRateLimit"
+
+// usesAdmissionConfig reports whether a plugin the spec turns on needs a
+// configuration, so that the operator renders an AdmissionConfiguration
+// (kube-apiserver refuses to start EventRateLimit without one).
+func usesAdmissionConfig(c *Completed) bool {
+	return c.Spec.Admission.EventRateLimit != nil
+}
+
+// eventRateLimitConfiguration is an eventratelimit.admission.k8s.io/v1alpha1
+// Configuration, with upstream's field names. Upstream's own types live in
+// k8s.io/kubernetes, which the operator's module does not import (it would
+// pull the whole of kubernetes' module graph in); the bundled
+// kube-apiserver's validator decodes and validates what this renders.
+type eventRateLimitConfiguration struct {
+	metav1.TypeMeta `json:",inline"`
+	Limits          []eventRateLimit `json:"limits"`
+}
+
+type eventRateLimit struct {
+	Type      string `json:"type"`
+	QPS       int32  `json:"qps"`
+	Burst     int32  `json:"burst"`
+	CacheSize int32  `json:"cacheSize,omitempty"`
+}
+
+// AdmissionConfig renders the AdmissionConfiguration of the plugins that
+// need one, their configurations embedded: EventRateLimit's limits from
+// spec.admission.eventRateLimit. The other plugins keep their defaults.
+func AdmissionConfig(c *Completed) ([]byte, error) {
+	e := c.Spec.Admission.EventRateLimit
+	if e == nil {
+		return nil, fmt.Errorf("rendering the admission configuration: no plugin of the spec needs one")
+	}
+	erl := eventRateLimitConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "eventratelimit.admission.k8s.io/v1alpha1", Kind: "Configuration"},
+	}
+	for _, l := range e.Limits {
+		erl.Limits = append(erl.Limits, eventRateLimit{Type: string(l.Type), QPS: l.QPS, Burst: l.Burst, CacheSize: ptr.Deref(l.CacheSize, 0)})
+	}
+	raw, err := json.Marshal(erl)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the EventRateLimit configuration: %w", err)
+	}
+	cfg := apiserverv1.AdmissionConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "AdmissionConfiguration"},
+		Plugins:  []apiserverv1.AdmissionPluginConfiguration{{Name: EventRateLimit, Configuration: &runtime.Unknown{Raw: raw}}},
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the admission configuration: %w", err)
+	}
+	return out, nil
 }
 
 // DefaultAuditPolicy is the policy used when spec.audit names none: every

@@ -47,6 +47,9 @@ func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
 		setString(&oidc.UsernameClaim, "sub")
 	}
 	setBool(&spec.Authentication.ServiceAccount.ExtendTokenExpiration, false)
+	if e := spec.Admission.EventRateLimit; e != nil && len(e.Limits) == 0 {
+		e.Limits = DefaultEventRateLimits()
+	}
 	if len(spec.Authorization.Modes) == 0 {
 		spec.Authorization.Modes = []v1alpha1.AuthorizationMode{"Node", "RBAC"}
 	}
@@ -79,6 +82,16 @@ func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
 	setDuration(&spec.Certificates.RotationOverlap, 24*time.Hour)
 	if spec.Certificates.PKIRetention == "" {
 		spec.Certificates.PKIRetention = "Delete"
+	}
+}
+
+// DefaultEventRateLimits are the limits of spec.admission.eventRateLimit
+// when it names none, as the CRD defaults them (see the field's doc
+// comment for why these).
+func DefaultEventRateLimits() []v1alpha1.EventRateLimit {
+	return []v1alpha1.EventRateLimit{
+		{Type: "Server", QPS: 5000, Burst: 20000},
+		{Type: "Namespace", QPS: 50, Burst: 100},
 	}
 }
 

@@ -105,7 +105,7 @@ func managedFlags(c *Completed) []managedFlag {
 		{"service-account-signing-key-file", []string{ServiceAccountSigningKeyFile}, "spec.certificates"},
 		{"service-account-extend-token-expiration", []string{strconv.FormatBool(*s.Authentication.ServiceAccount.ExtendTokenExpiration)}, "spec.authentication.serviceAccount.extendTokenExpiration"},
 		{"authorization-mode", []string{joinModes(s.Authorization.Modes)}, "spec.authorization.modes"},
-		{"enable-admission-plugins", []string{strings.Join(enabledPlugins(s.Admission), ",")}, "spec.admission.enablePlugins"},
+		{"enable-admission-plugins", []string{strings.Join(enabledPlugins(c), ",")}, "spec.admission.enablePlugins"},
 		{"audit-log-path", []string{AuditLogFile}, "spec.audit"},
 		{"audit-policy-file", []string{AuditPolicyFile}, "spec.audit.policyConfigMapName"},
 		{"audit-log-maxage", []string{itoa(*s.Audit.MaxAge)}, "spec.audit.maxAge"},
@@ -165,6 +165,9 @@ func managedFlags(c *Completed) []managedFlag {
 	}
 	if s.Authorization.Webhook != nil {
 		add("authorization-webhook-config-file", "spec.authorization.webhook", AuthorizationWebhookKubeconfigFile)
+	}
+	if usesAdmissionConfig(c) {
+		add("admission-control-config-file", "spec.admission.eventRateLimit", AdmissionConfigFile)
 	}
 	if len(s.Admission.DisablePlugins) > 0 {
 		disabled := slices.Sorted(slices.Values(s.Admission.DisablePlugins))
@@ -328,9 +331,44 @@ func EtcdOverrides(overrides []v1alpha1.EtcdOverride) string {
 	return strings.Join(parts, ",")
 }
 
-// enabledPlugins always includes NodeRestriction (CIS 1.2.14), sorted.
-func enabledPlugins(a v1alpha1.AdmissionSpec) []string {
+// DenyServiceExternalIPs is the admission plugin that refuses new
+// externalIPs on Services (CVE-2020-8554).
+const DenyServiceExternalIPs = "DenyServiceExternalIPs"
+
+// pluginsAdded records admission plugins that appeared in the versions the
+// operator supports, like flagHistory for flags. The catalog of the
+// bundled version is the final word for it.
+var pluginsAdded = map[string]string{
+	DenyServiceExternalIPs: "v1.21.0",
+}
+
+// PluginSupported reports whether kube-apiserver at version v has the
+// admission plugin.
+func PluginSupported(name string, v *utilversion.Version, catalog *Catalog) bool {
+	if catalog != nil {
+		_, ok := catalog.AdmissionPlugins[name]
+		return ok
+	}
+	added, ok := pluginsAdded[name]
+	return !ok || !v.LessThan(utilversion.MustParseSemantic(added))
+}
+
+// enabledPlugins are spec.admission.enablePlugins, the plugins of typed
+// fields (EventRateLimit) and the plugins the operator turns on for every
+// tenant, sorted: NodeRestriction (CIS 1.2.14; the CRD refuses to disable
+// it) and DenyServiceExternalIPs (CIS 1.2.3), unless
+// spec.admission.disablePlugins lists it: kube-apiserver refuses a plugin
+// that is both enabled and disabled, and a user who disables a default
+// means it.
+func enabledPlugins(c *Completed) []string {
+	a := c.Spec.Admission
 	plugins := append([]string{"NodeRestriction"}, a.EnablePlugins...)
+	if !slices.Contains(a.DisablePlugins, DenyServiceExternalIPs) && PluginSupported(DenyServiceExternalIPs, c.Version, c.Catalog) {
+		plugins = append(plugins, DenyServiceExternalIPs)
+	}
+	if a.EventRateLimit != nil {
+		plugins = append(plugins, EventRateLimit)
+	}
 	slices.Sort(plugins)
 	return slices.Compact(plugins)
 }

@@ -106,6 +106,7 @@ func TestArgs_PassTheAutomatedCISChecks(t *testing.T) {
 		}},
 		{"1.2.7", "--authorization-mode includes Node", func() bool { return listHas("authorization-mode", "Node") }},
 		{"1.2.8", "--authorization-mode includes RBAC", func() bool { return listHas("authorization-mode", "RBAC") }},
+		{"1.2.3", "DenyServiceExternalIPs is enabled", func() bool { return listHas("enable-admission-plugins", "DenyServiceExternalIPs") }},
 		{"1.2.10", "AlwaysAdmit is not enabled", func() bool { return !listHas("enable-admission-plugins", "AlwaysAdmit") }},
 		{"1.2.12", "ServiceAccount is not disabled", func() bool { return !listHas("disable-admission-plugins", "ServiceAccount") }},
 		{"1.2.13", "NamespaceLifecycle is not disabled", func() bool { return !listHas("disable-admission-plugins", "NamespaceLifecycle") }},
@@ -139,6 +140,44 @@ func TestArgs_PassTheAutomatedCISChecks(t *testing.T) {
 		if !c.pass() {
 			t.Errorf("CIS %s fails: want %s", c.id, c.what)
 		}
+	}
+}
+
+// TestArgs_AdmissionPlugins: the operator's plugins are on for every
+// tenant, and a user who disables DenyServiceExternalIPs gets it off: not
+// rendered as enabled too, which kube-apiserver would refuse.
+func TestArgs_AdmissionPlugins(t *testing.T) {
+	cases := []struct {
+		name              string
+		version           string
+		admission         v1alpha1.AdmissionSpec
+		enabled, disabled []string
+	}{
+		{name: "the defaults", enabled: []string{"DenyServiceExternalIPs,NodeRestriction"}},
+		{name: "a plugin of the user's", admission: v1alpha1.AdmissionSpec{EnablePlugins: []string{"PodNodeSelector", "AlwaysPullImages"}},
+			enabled: []string{"AlwaysPullImages,DenyServiceExternalIPs,NodeRestriction,PodNodeSelector"}},
+		{name: "DenyServiceExternalIPs also listed by the user", admission: v1alpha1.AdmissionSpec{EnablePlugins: []string{"DenyServiceExternalIPs"}},
+			enabled: []string{"DenyServiceExternalIPs,NodeRestriction"}},
+		{name: "DenyServiceExternalIPs disabled", admission: v1alpha1.AdmissionSpec{DisablePlugins: []string{"DenyServiceExternalIPs", "DefaultStorageClass"}},
+			enabled: []string{"NodeRestriction"}, disabled: []string{"DefaultStorageClass,DenyServiceExternalIPs"}},
+		{name: "a version before DenyServiceExternalIPs (1.21)", version: "v1.20.15", enabled: []string{"NodeRestriction"}},
+		{name: "the first version with DenyServiceExternalIPs", version: "v1.21.0", enabled: []string{"DenyServiceExternalIPs,NodeRestriction"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := sample(t, "minimal")
+			if tc.version != "" {
+				cfg.Spec.Version, cfg.Spec.Image = tc.version, "registry.example.com/kube-apiserver:"+tc.version
+			}
+			cfg.Spec.Admission = tc.admission
+			a := args(t, cfg)
+			if got := flagValues(a, "enable-admission-plugins"); !slices.Equal(got, tc.enabled) {
+				t.Errorf("--enable-admission-plugins is %v, want %v", got, tc.enabled)
+			}
+			if got := flagValues(a, "disable-admission-plugins"); !slices.Equal(got, tc.disabled) {
+				t.Errorf("--disable-admission-plugins is %v, want %v", got, tc.disabled)
+			}
+		})
 	}
 }
 

@@ -85,8 +85,21 @@ func randomSpec(seed uint64, catalog *Catalog) *v1alpha1.ApiServerConfig {
 	}
 	sort.Strings(plugins)
 	for range pick(3) {
-		if p := plugins[pick(len(plugins))]; p != "AlwaysAdmit" && p != "AlwaysDeny" && !slices.Contains(s.Admission.EnablePlugins, p) {
+		// EventRateLimit is turned on by its own field, with its limits.
+		if p := plugins[pick(len(plugins))]; p != "AlwaysAdmit" && p != "AlwaysDeny" && p != EventRateLimit && !slices.Contains(s.Admission.EnablePlugins, p) {
 			s.Admission.EnablePlugins = append(s.Admission.EnablePlugins, p)
+		}
+	}
+	if coin() && !slices.Contains(s.Admission.EnablePlugins, DenyServiceExternalIPs) {
+		s.Admission.DisablePlugins = []string{DenyServiceExternalIPs}
+	}
+	if coin() {
+		s.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{}
+		for _, typ := range []v1alpha1.EventRateLimitType{"Server", "Namespace", "User", "SourceAndObject"} {
+			if coin() {
+				s.Admission.EventRateLimit.Limits = append(s.Admission.EventRateLimit.Limits,
+					v1alpha1.EventRateLimit{Type: typ, QPS: int32(1 + pick(100)), Burst: int32(1 + pick(1000))})
+			}
 		}
 	}
 	gates := map[string]bool{}

@@ -83,6 +83,9 @@ func MountedObjects(c *Completed) []MountedObject {
 	if audit.Name == "" {
 		config.Files = append(config.Files, file(AuditPolicyKey, AuditPolicyFile))
 	}
+	if usesAdmissionConfig(c) {
+		config.Files = append(config.Files, file(AdmissionConfigKey, AdmissionConfigFile))
+	}
 	out = append(out, config)
 	if audit.Name != "" {
 		out = append(out, audit)

@@ -133,10 +133,11 @@ const (
 	KubeconfigKey = "value"
 	// EncryptionConfigKey holds the EncryptionConfiguration.
 	EncryptionConfigKey = "encryption-config.yaml"
-	// AuthenticationConfigKey and AuditPolicyKey are the files of the
-	// operator's ConfigMap.
+	// AuthenticationConfigKey, AuditPolicyKey and AdmissionConfigKey are the
+	// files of the operator's ConfigMap.
 	AuthenticationConfigKey = "authentication-config.yaml"
 	AuditPolicyKey          = "audit-policy.yaml"
+	AdmissionConfigKey      = "admission-config.yaml"
 )
 
 // SelectorLabels select the apiserver pods of an ApiServerConfig.
@@ -244,6 +245,13 @@ func DesiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
 			return nil, err
 		}
 		cm.Data[AuditPolicyKey] = string(policy)
+	}
+	if usesAdmissionConfig(c) {
+		admission, err := AdmissionConfig(c)
+		if err != nil {
+			return nil, err
+		}
+		cm.Data[AdmissionConfigKey] = string(admission)
 	}
 	return cm, nil
 }

@@ -1,6 +1,8 @@
 package apiserver
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,19 +129,23 @@ func TestConfigHash_RollsOnlyForWhatKubeAPIServerReadsAtStart(t *testing.T) {
 // TestConfigHash_UnchangedAcrossReleases pins the hash of fixed content: a
 // change of the hash for the same files rolls every tenant when the
 // operator is upgraded. The values are those the previous release computed
-// for the same inputs; the minimal ones changed once, deliberately, when
-// encryption at rest became the default (docs/upgrades.md).
+// for the same inputs, except where the defaults changed on purpose
+// (DenyServiceExternalIPs turned on, CIS 1.2.3; encryption at rest on by
+// default, CIS 1.2.27/1.2.28): docs/upgrades.md then says that every
+// tenant rolls once.
 func TestConfigHash_UnchangedAcrossReleases(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		spec func(*v1alpha1.ApiServerConfig)
 		want string
 	}{
-		{"minimal", nil, "9c1346e3d84713977c8d78f45d9c0cd8"},
+		{"minimal", nil, "ad79bc16a973b85f37d644fc96860674"},
 		{"ha", func(cfg *v1alpha1.ApiServerConfig) {
 			cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
-		}, "ac8899065933d9342df8851b48e570fb"},
-		{"minimal", func(cfg *v1alpha1.ApiServerConfig) { cfg.Spec.Etcd.TLS = nil }, "b6a810d60d83feb5ed71c43f894e23c2"},
+			// The sample gained EventRateLimit after these values were taken.
+			cfg.Spec.Admission.EventRateLimit = nil
+		}, "5ed87ffa73e3339af40d6a7679d22e9e"},
+		{"minimal", func(cfg *v1alpha1.ApiServerConfig) { cfg.Spec.Etcd.TLS = nil }, "5c77ec048baa2a183d0de089c95c849a"},
 	} {
 		cfg := sample(t, tt.name)
 		if tt.spec != nil {
@@ -232,7 +238,7 @@ func TestDesiredPodDisruptionBudget_FollowsMasterCount(t *testing.T) {
 }
 
 func TestDesiredDeployment_FlagsPointAtMountedFiles(t *testing.T) {
-	_, d, _, _ := desiredObjects(t, "ha")
+	_, d, _, cm := desiredObjects(t, "ha")
 	pod := d.Spec.Template.Spec
 	mounted := map[string]bool{}
 	byName := map[string]corev1.Volume{}
@@ -250,8 +256,11 @@ func TestDesiredDeployment_FlagsPointAtMountedFiles(t *testing.T) {
 				}
 				if src.ConfigMap != nil {
 					items = src.ConfigMap.Items
-					if len(items) == 0 && src.ConfigMap.Name == ConfigMapName("ha") {
-						items = []corev1.KeyToPath{{Path: AuthenticationConfigKey}, {Path: AuditPolicyKey}}
+					if len(items) == 0 && src.ConfigMap.Name == cm.Name {
+						// The whole ConfigMap, each key under its name.
+						for key := range cm.Data {
+							items = append(items, corev1.KeyToPath{Path: key})
+						}
 					}
 				}
 				for _, it := range items {
@@ -269,5 +278,76 @@ func TestDesiredDeployment_FlagsPointAtMountedFiles(t *testing.T) {
 		if strings.HasPrefix(value, "/etc/kubernetes/") && !mounted[value] {
 			t.Errorf("%s names a file no volume provides; mounted: %v", arg, mounted)
 		}
+	}
+}
+
+// TestEventRateLimit_RenderedMountedAndHashed: spec.admission.eventRateLimit
+// turns the plugin on with its configuration, an AdmissionConfiguration in
+// the operator's ConfigMap, mounted where --admission-control-config-file
+// points and handed to the validator; kube-apiserver reads it only at
+// start, so new limits roll the pods. Without the field nothing of it is
+// rendered.
+func TestEventRateLimit_RenderedMountedAndHashed(t *testing.T) {
+	cfg := sample(t, "minimal")
+	c, _, _, cm := desiredObjectsOf(t, cfg)
+	a, err := Args(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := flagValues(a, "admission-control-config-file"); len(got) != 0 || cm.Data[AdmissionConfigKey] != "" {
+		t.Fatalf("without eventRateLimit: --admission-control-config-file %v, ConfigMap key %q", got, cm.Data[AdmissionConfigKey])
+	}
+
+	cfg.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{}
+	c, _, _, cm = desiredObjectsOf(t, cfg)
+	if a, err = Args(c); err != nil {
+		t.Fatal(err)
+	}
+	if got := flagValues(a, "admission-control-config-file"); !slices.Equal(got, []string{AdmissionConfigFile}) {
+		t.Errorf("--admission-control-config-file is %v, want [%s]", got, AdmissionConfigFile)
+	}
+	if got := flagValues(a, "enable-admission-plugins"); !slices.Equal(got, []string{"DenyServiceExternalIPs,EventRateLimit,NodeRestriction"}) {
+		t.Errorf("--enable-admission-plugins is %v", got)
+	}
+	var admission struct {
+		APIVersion, Kind string
+		Plugins          []struct {
+			Name          string
+			Configuration struct {
+				APIVersion, Kind string
+				Limits           []map[string]any
+			}
+		}
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data[AdmissionConfigKey]), &admission); err != nil {
+		t.Fatalf("decoding the admission configuration: %v", err)
+	}
+	if admission.APIVersion != "apiserver.config.k8s.io/v1" || admission.Kind != "AdmissionConfiguration" || len(admission.Plugins) != 1 {
+		t.Fatalf("the admission configuration is not one plugin's AdmissionConfiguration:\n%s", cm.Data[AdmissionConfigKey])
+	}
+	p := admission.Plugins[0]
+	wantLimits := []map[string]any{{"type": "Server", "qps": 5000.0, "burst": 20000.0}, {"type": "Namespace", "qps": 50.0, "burst": 100.0}}
+	if p.Name != "EventRateLimit" || p.Configuration.APIVersion != "eventratelimit.admission.k8s.io/v1alpha1" || p.Configuration.Kind != "Configuration" ||
+		fmt.Sprint(p.Configuration.Limits) != fmt.Sprint(wantLimits) {
+		t.Errorf("EventRateLimit's configuration is not the default limits:\n%s", cm.Data[AdmissionConfigKey])
+	}
+
+	// Mounted from the table, given to the validator, in the restart hash.
+	files := PodFiles(c, ObjectsData(nil, cm))
+	if string(files[AdmissionConfigFile]) != cm.Data[AdmissionConfigKey] {
+		t.Errorf("the pods do not read the ConfigMap's %s at %s", AdmissionConfigKey, AdmissionConfigFile)
+	}
+	req, err := ValidationRequest(c, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(req.Files[AdmissionConfigFile]) != cm.Data[AdmissionConfigKey] {
+		t.Errorf("the validator is not given %s", AdmissionConfigFile)
+	}
+	base := ConfigHash(c, a, files)
+	cfg.Spec.Admission.EventRateLimit.Limits = []v1alpha1.EventRateLimit{{Type: "Namespace", QPS: 10, Burst: 20}}
+	c2, _, _, cm2 := desiredObjectsOf(t, cfg)
+	if ConfigHash(c2, a, PodFiles(c2, ObjectsData(nil, cm2))) == base {
+		t.Error("new limits (same command line) do not roll the pods")
 	}
 }

@@ -42,6 +42,9 @@ const (
 	AuthenticationConfigFile = ConfigDir + "/authentication-config.yaml"
 	// AuditPolicyFile is the audit policy.
 	AuditPolicyFile = ConfigDir + "/audit-policy.yaml"
+	// AdmissionConfigFile is the AdmissionConfiguration: the
+	// configuration of the admission plugins that need one.
+	AdmissionConfigFile = ConfigDir + "/admission-config.yaml"
 	// OIDCCAFile is the CA of the OIDC issuer, when given.
 	OIDCCAFile = "/etc/kubernetes/oidc/ca.crt"
 

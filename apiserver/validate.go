@@ -216,7 +216,7 @@ func widestSpecs() []*Completed {
 					Modes:   []v1alpha1.AuthorizationMode{"Webhook"},
 					Webhook: &v1alpha1.AuthorizationWebhookSpec{KubeconfigSecretName: "w"},
 				},
-				Admission:     v1alpha1.AdmissionSpec{DisablePlugins: []string{"x"}},
+				Admission:     v1alpha1.AdmissionSpec{DisablePlugins: []string{"x"}, EventRateLimit: &v1alpha1.EventRateLimitSpec{}},
 				Encryption:    &v1alpha1.EncryptionSpec{Provider: "secretbox"},
 				FeatureGates:  map[string]bool{"X": true},
 				RuntimeConfig: map[string]string{"api/all": "true"},

@@ -114,6 +114,12 @@ func TestApiServerConfig_RejectsInvalidSpecsAtAdmission(t *testing.T) {
 		{"plugin enabled and disabled", `{"spec":{"admission":{"enablePlugins":["PodNodeSelector"],"disablePlugins":["PodNodeSelector"]}}}`, "spec.admission", "both enabled and disabled"},
 		{"AlwaysAdmit enabled", `{"spec":{"admission":{"enablePlugins":["AlwaysAdmit"]}}}`, "spec.admission.enablePlugins", "AlwaysAdmit"},
 		{"NodeRestriction disabled", `{"spec":{"admission":{"disablePlugins":["NodeRestriction"]}}}`, "spec.admission.disablePlugins", "cannot be disabled"},
+		{"EventRateLimit listed without its limits", `{"spec":{"admission":{"enablePlugins":["EventRateLimit"]}}}`, "spec.admission.enablePlugins", "turn it on with spec.admission.eventRateLimit"},
+		{"EventRateLimit turned on and disabled", `{"spec":{"admission":{"eventRateLimit":{},"disablePlugins":["EventRateLimit"]}}}`, "spec.admission.disablePlugins", "cannot also be disabled"},
+		{"event rate limit of 0 qps", `{"spec":{"admission":{"eventRateLimit":{"limits":[{"type":"Namespace","qps":0,"burst":10}]}}}}`, "spec.admission.eventRateLimit.limits[0].qps", "greater than or equal to 1"},
+		{"event rate limit of an unknown type", `{"spec":{"admission":{"eventRateLimit":{"limits":[{"type":"Pod","qps":1,"burst":10}]}}}}`, "spec.admission.eventRateLimit.limits[0].type", "Unsupported value"},
+		{"two event rate limits of one type", `{"spec":{"admission":{"eventRateLimit":{"limits":[{"type":"User","qps":1,"burst":10},{"type":"User","qps":2,"burst":10}]}}}}`, "spec.admission.eventRateLimit.limits[1]", "Duplicate value"},
+		{"no event rate limit", `{"spec":{"admission":{"eventRateLimit":{"limits":[]}}}}`, "spec.admission.eventRateLimit.limits", "at least 1 items"},
 		// audit, encryption, sizing, limits
 		{"negative audit max age", `{"spec":{"audit":{"maxAge":-1}}}`, "spec.audit.maxAge", "greater than or equal to 0"},
 		{"negative audit backups", `{"spec":{"audit":{"maxBackups":-5}}}`, "spec.audit.maxBackups", "greater than or equal to 0"},

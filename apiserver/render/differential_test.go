@@ -280,6 +280,21 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 			s.Admission.DisablePlugins = []string{p}
 		}
 	}
+	if coin(15) {
+		// EventRateLimit's own field: the default limits, or random ones,
+		// some of them refused by the CRD (0, a type twice); sometimes
+		// disabled too.
+		s.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{}
+		for range r.IntN(3) {
+			s.Admission.EventRateLimit.Limits = append(s.Admission.EventRateLimit.Limits, v1alpha1.EventRateLimit{
+				Type: v1alpha1.EventRateLimitType(pick([]string{"Server", "Namespace", "User", "SourceAndObject"})),
+				QPS:  int32(r.IntN(100)), Burst: int32(r.IntN(1000)),
+			})
+		}
+		if coin(10) {
+			s.Admission.DisablePlugins = append(s.Admission.DisablePlugins, "EventRateLimit")
+		}
+	}
 	if coin(25) {
 		s.RuntimeConfig = map[string]string{pick([]string{
 			"api/all", "api/beta", "api/alpha", "api/ga", "batch/v1", "batch/v2alpha1", "flowcontrol.apiserver.k8s.io/v1",

@@ -19,6 +19,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -145,6 +146,11 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 			Serving:               v1alpha1.ServingSpec{SecurePort: int32(port)},
 			CacheSizing:           v1alpha1.CacheSizingSpec{DisabledResources: []v1alpha1.GroupResource{{Resource: "events"}}},
 			ExtraArgs:             []v1alpha1.ExtraArg{{Name: "bind-address", Value: "127.0.0.1"}},
+			// A namespace's events are limited to a burst of 5, so that
+			// the test sees the limit within a few writes.
+			Admission: v1alpha1.AdmissionSpec{EventRateLimit: &v1alpha1.EventRateLimitSpec{Limits: []v1alpha1.EventRateLimit{
+				{Type: "Server", QPS: 5000, Burst: 20000}, {Type: "Namespace", QPS: 1, Burst: 5},
+			}}},
 		},
 	}
 	if errs, _ := apiserver.Validate(cfg); len(errs) > 0 {
@@ -181,11 +187,15 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		apiserver.EtcdCAFile:                   etcdCA.CertPEM(),
 		apiserver.EtcdCertFile:                 etcdClient.CertPEM(),
 		apiserver.EtcdKeyFile:                  must(etcdClient.KeyPEM()),
-		apiserver.AuthenticationConfigFile:     []byte(cm.Data[apiserver.AuthenticationConfigKey]),
-		apiserver.AuditPolicyFile:              []byte(cm.Data[apiserver.AuditPolicyKey]),
-		apiserver.EncryptionConfigFile:         encryption.Data[apiserver.EncryptionConfigKey],
 	} {
 		write(t, root(path), data)
+	}
+	// The files of the operator's ConfigMap and encryption Secret, where
+	// the pods mount them.
+	for path, data := range apiserver.PodFiles(c, apiserver.ObjectsData([]*corev1.Secret{encryption}, cm)) {
+		if len(data) > 0 {
+			write(t, root(path), data)
+		}
 	}
 	for i, a := range args {
 		a = strings.ReplaceAll(a, "$("+apiserver.PodIPEnv+")", "127.0.0.1")
@@ -248,11 +258,41 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 
 	// Events go to the events etcd, everything else to the main one.
 	ns := must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "boot-test"}}, metav1.CreateOptions{}))
+
+	// DenyServiceExternalIPs is on by default (CIS 1.2.3): a Service that
+	// claims an external address is refused, even for the admin.
+	_, err := cs.CoreV1().Services(ns.Name).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "intercept"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}, ExternalIPs: []string{"203.0.113.10"}},
+	}, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "Use of external IPs is denied") {
+		t.Errorf("a Service with externalIPs: got %v, want it denied by DenyServiceExternalIPs", err)
+	}
 	_ = must(cs.CoreV1().Events(ns.Name).Create(ctx, &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: "boot-event"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns.Name, Name: "boot-pod", APIVersion: "v1"},
 		Reason:         "Booted", Message: "rendered by the operator", Type: corev1.EventTypeNormal,
 	}, metav1.CreateOptions{}))
+	// EventRateLimit (spec.admission.eventRateLimit) answers 429 once the
+	// namespace's burst is used up.
+	limited := false
+	for i := range 20 {
+		_, err := cs.CoreV1().Events(ns.Name).Create(ctx, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("flood-%d", i)},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns.Name, Name: "boot-pod", APIVersion: "v1"},
+			Reason:         "Flood", Message: "one of many", Type: corev1.EventTypeWarning,
+		}, metav1.CreateOptions{})
+		if apierrors.IsTooManyRequests(err) {
+			limited = true
+			break
+		}
+		if err != nil {
+			t.Fatalf("creating event %d: %v", i, err)
+		}
+	}
+	if !limited {
+		t.Error("20 events in a row in one namespace were all accepted: EventRateLimit's namespace burst of 5 is not enforced")
+	}
 	tlsConfig := &tls.Config{RootCAs: x509.NewCertPool(), Certificates: []tls.Certificate{{
 		Certificate: [][]byte{etcdClient.Cert().Raw}, PrivateKey: etcdClient.Key(),
 	}}}
