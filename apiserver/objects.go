@@ -102,7 +102,7 @@ func OwnedSecrets(name string) []OwnedSecret {
 		{Name: KubeletClientSecretName(name), Keys: tls},
 		{Name: FrontProxyClientSecretName(name), Keys: tls},
 		{Name: AdminKubeconfigSecretName(name), Keys: []string{KubeconfigKey}},
-		{Name: EncryptionSecretName(name), Keys: []string{EncryptionConfigKey, EncryptionKeysKey}},
+		{Name: EncryptionSecretName(name), Keys: []string{EncryptionConfigKey, EncryptionKeysKey}, Retainable: true},
 		{Name: CASecretName(name), Keys: ca, Retainable: true},
 		{Name: FrontProxyCASecretName(name), Keys: ca, Retainable: true},
 		{Name: ServiceAccountSecretName(name), Keys: []string{ServiceAccountPrivateKeyKey, ServiceAccountPublicKeysKey}, Retainable: true},
