@@ -148,4 +148,3 @@ func DefaultAuditPolicy() ([]byte, error) {
 	}
 	return out, nil
 }
-

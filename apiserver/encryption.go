@@ -85,7 +85,9 @@ func (k EncryptionKey) StoredPrefix() string {
 const EncryptedValuePrefix = "k8s:enc:"
 
 // same reports whether k and o are one key.
-func (k EncryptionKey) same(o EncryptionKey) bool { return k.Provider == o.Provider && k.Name == o.Name }
+func (k EncryptionKey) same(o EncryptionKey) bool {
+	return k.Provider == o.Provider && k.Name == o.Name
+}
 
 // EncryptionLayout is one key over a set of resources (resource or
 // resource.group, with kube-apiserver's wildcards).
@@ -337,7 +339,7 @@ func DesiredEncryptionSecret(c *Completed, m EncryptionKeys, state rotation.Stat
 	if err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(m) //nolint:gosec // G117: the keys are marshaled into the Secret that exists to hold them
+	raw, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the encryption keys: %w", err)
 	}

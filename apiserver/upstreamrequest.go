@@ -109,7 +109,7 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 
 // standIn is well-formed content for a file the pods read from one of the
 // user's objects.
-func (t *throwaway) standIn(c *Completed, path string) ([]byte, error) {
+func (t *throwaway) standIn(path string) ([]byte, error) {
 	switch path {
 	case EtcdCAFile:
 		return t.etcd["ca"], nil
@@ -185,7 +185,7 @@ func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
 			continue
 		}
 		for _, f := range o.Files {
-			if files[f.Path], err = t.standIn(c, f.Path); err != nil {
+			if files[f.Path], err = t.standIn(f.Path); err != nil {
 				return upstream.Request{}, err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -243,10 +244,13 @@ func (r *ApiServerConfigReconciler) tenants() TenantConnector {
 // when the encrypted resources name something the catalog does not know
 // (a wildcard or a group of its own): the tenant's discovery lists them.
 func (r *ApiServerConfigReconciler) encryptedAreas(ctx context.Context, p *pass) ([]apiserver.EncryptedArea, TenantAPI, error) {
+	catalog, err := apiserver.StorageCatalog(p.c)
+	if err != nil {
+		return nil, nil, err
+	}
 	var custom []schema.GroupResource
 	var tenant TenantAPI
-	if needsDiscovery(p.c.Catalog, p.enc.keys) && *p.c.Spec.MasterCount > 0 {
-		var err error
+	if needsDiscovery(catalog, p.enc.keys) && *p.c.Spec.MasterCount > 0 {
 		if tenant, err = r.tenants()(ctx, p); err != nil {
 			return nil, nil, err
 		}
@@ -258,7 +262,7 @@ func (r *ApiServerConfigReconciler) encryptedAreas(ctx context.Context, p *pass)
 			custom = append(custom, gr)
 		}
 	}
-	areas, err := apiserver.EncryptionAreas(p.c, p.c.Catalog, custom, p.enc.keys)
+	areas, err := apiserver.EncryptionAreas(p.c, catalog, custom, p.enc.keys)
 	if err != nil {
 		return nil, nil, fmt.Errorf("proving the re-encryption: %w", err)
 	}
@@ -330,6 +334,10 @@ func rewritesPerSecond(e *v1alpha1.EncryptionSpec) int32 {
 	return apiserver.DefaultRewritesPerSecond
 }
 
+// rewriteWorkers is how many rewrites are in flight at once (the pace is
+// rewritesPerSecond over all of them).
+const rewriteWorkers = 4
+
 // rewrite writes the stale objects back through the tenant's API, paced,
 // for at most reencryptSlice. It returns how many it rewrote and the first
 // failures (a failure does not stop the others: the next pass retries).
@@ -338,37 +346,66 @@ func (r *ApiServerConfigReconciler) rewrite(ctx context.Context, p *pass, tenant
 	if err != nil {
 		return 0, err
 	}
-	limiter := rate.NewLimiter(rate.Limit(rewritesPerSecond(p.c.Spec.Encryption)), 1)
+	limiter := rate.NewLimiter(rate.Limit(rewritesPerSecond(p.c.Spec.Encryption)), rewriteWorkers)
 	ctx, cancel := context.WithTimeout(ctx, reencryptSlice)
 	defer cancel()
-	rewritten := 0
-	var failures []error
+	work := make(chan staleValue)
+	var (
+		mu        sync.Mutex
+		rewritten int
+		failures  []error
+		wg        sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		failures = append(failures, err)
+	}
+	for range rewriteWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				res, ok := servedResource(s.area, served)
+				if !ok {
+					fail(fmt.Errorf("%s: none of %v is served by the tenant's API", s.key, s.area.Resources))
+					continue
+				}
+				namespace, name := "", strings.TrimPrefix(s.key, s.area.KeyPrefix)
+				if res.Namespaced {
+					namespace, name, _ = strings.Cut(name, "/")
+				}
+				if err := tenant.Rewrite(ctx, res, namespace, name); err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("rewriting %s %s/%s: %w", res.GroupResource(), namespace, name, err))
+					}
+					continue
+				}
+				mu.Lock()
+				rewritten++
+				mu.Unlock()
+			}
+		}()
+	}
 	for _, s := range stale {
-		if err := limiter.Wait(ctx); err != nil {
+		if limiter.Wait(ctx) != nil {
 			break // the slice is over
 		}
-		res, ok := servedResource(s.area, served)
-		if !ok {
-			failures = append(failures, fmt.Errorf("%s: none of %v is served by the tenant's API", s.key, s.area.Resources))
-			continue
-		}
-		namespace, name := "", strings.TrimPrefix(s.key, s.area.KeyPrefix)
-		if res.Namespaced {
-			namespace, name, _ = strings.Cut(name, "/")
-		}
-		if err := tenant.Rewrite(ctx, res, namespace, name); err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			failures = append(failures, fmt.Errorf("rewriting %s %s/%s: %w", res.GroupResource(), namespace, name, err))
-			continue
-		}
-		rewritten++
+		work <- s
 	}
+	close(work)
+	wg.Wait()
 	if len(failures) > 3 {
 		failures = append(failures[:3], fmt.Errorf("and %d more", len(failures)-3))
 	}
-	return rewritten, errors.Join(failures...)
+	msgs := make([]string, len(failures))
+	for i, f := range failures {
+		msgs[i] = f.Error()
+	}
+	if len(msgs) == 0 {
+		return rewritten, nil
+	}
+	return rewritten, errors.New(strings.Join(msgs, "; "))
 }
 
 // servedResource is the first of the area's resources the tenant serves.

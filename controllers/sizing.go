@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -70,11 +71,18 @@ func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg 
 	if st.ObservationTime != nil && now.Sub(st.ObservationTime.Time) < interval {
 		return false, interval - now.Sub(st.ObservationTime.Time), nil
 	}
-	nodes, err := r.Etcd.Count(ctx, serversOf(spec, "nodes"), tlsConfig, spec.Prefix+"/minions/")
+	catalog, err := apiserver.StorageCatalog(c)
 	if err != nil {
 		return false, interval, err
 	}
-	pods, err := r.Etcd.Count(ctx, serversOf(spec, "pods"), tlsConfig, spec.Prefix+"/pods/")
+	at := func(resource string) string {
+		return spec.Prefix + "/" + catalog.EtcdPrefixes[schema.GroupResource{Resource: resource}] + "/"
+	}
+	nodes, err := r.Etcd.Count(ctx, serversOf(spec, "nodes"), tlsConfig, at("nodes"))
+	if err != nil {
+		return false, interval, err
+	}
+	pods, err := r.Etcd.Count(ctx, serversOf(spec, "pods"), tlsConfig, at("pods"))
 	if err != nil {
 		return false, interval, err
 	}

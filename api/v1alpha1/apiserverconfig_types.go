@@ -927,7 +927,8 @@ type ApiServerConfigStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready, Reconciling and Stalled (read by GitOps tools),
-	// CertificatesReady, EtcdAvailable, Available, Progressing, Degraded.
+	// CertificatesReady, EtcdAvailable, Available, Progressing, Degraded,
+	// Encrypted.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

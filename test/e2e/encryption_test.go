@@ -63,7 +63,8 @@ func assertEncryptedWith(t testing.TB, cfg *v1alpha1.ApiServerConfig, key string
 		wrong := 0
 		for k, v := range values {
 			if !bytes.HasPrefix(v, []byte("k8s:enc:secretbox:v1:"+key+":")) || bytes.Contains(v, plain) {
-				if wrong++; wrong <= 3 {
+				wrong++
+				if wrong <= 3 {
 					t.Errorf("%s is stored as %.40q, want it encrypted with %s", k, v, key)
 				}
 			}
