@@ -63,7 +63,11 @@ func (f *fakeTenant) Rewrite(ctx context.Context, r TenantResource, namespace, n
 	}
 	key := f.cfg.Spec.Etcd.Prefix + "/" + r.Resource + "/" + namespace + "/" + name
 	f.rewrites.Add(1)
-	_, err = f.etcd.Put(ctx, key, keys.Current.Key.StoredPrefix()+"ciphertext of "+name)
+	value := "k8s\x00plain again"
+	if keys.Current.Covers(r.Resource) {
+		value = keys.Current.Key.StoredPrefix() + "ciphertext of " + name
+	}
+	_, err = f.etcd.Put(ctx, key, value)
 	return err
 }
 
@@ -89,8 +93,9 @@ func encryptedStatus(t *testing.T, cfg *v1alpha1.ApiServerConfig) *metav1.Condit
 // tenant whose etcd already holds plain Secrets and ConfigMaps gets them
 // encrypted (rewritten through its API, paced, proven by reading etcd),
 // then an asked-for rotation takes the key through its phases, each rolled
-// out, and drops the old key only once no value in etcd carries it. A
-// hibernated tenant postpones the rotation until it wakes.
+// out, and drops the old key only once no value in etcd carries it; a
+// resource taken off the list is decrypted the same way. A hibernated
+// tenant postpones the rotation until it wakes.
 func TestApiServerConfigReconciler_EncryptsWhatWasStoredAndRotatesTheKey(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, nil)
@@ -133,10 +138,13 @@ func TestApiServerConfigReconciler_EncryptsWhatWasStoredAndRotatesTheKey(t *test
 		return nil
 	})
 	waitForPhase(t, cfg, d, rotation.EncryptionKey.Name, "Stable")
-	assertStored := func(key string) {
+	assertStored := func(key string, plainToo ...string) {
 		t.Helper()
 		for k, v := range storedValues(t, cli, prefix+"/") {
 			plain := strings.Contains(k, "/pods/")
+			for _, p := range plainToo {
+				plain = plain || strings.Contains(k, "/"+p+"/")
+			}
 			if plain != !strings.HasPrefix(v, "k8s:enc:secretbox:v1:"+key+":") {
 				t.Errorf("%s is stored as %q (want %s, plain: %v)", k, v, key, plain)
 			}
@@ -192,9 +200,24 @@ func TestApiServerConfigReconciler_EncryptsWhatWasStoredAndRotatesTheKey(t *test
 		t.Errorf("the rotation rewrote %d objects, want the 30 that key-1 encrypted", got)
 	}
 
-	// Hibernated: a request waits for the tenant to wake.
+	// A resource leaves the list: its values are decrypted, the others
+	// move to a new key, and the old key goes only then.
 	current := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
 	patch := client.MergeFrom(current.DeepCopy())
+	current.Spec.Encryption.Resources = []string{"secrets"}
+	if err := env.Client.Patch(ctx, current, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitForPhase(t, cfg, d, rotation.EncryptionKey.Name, "PruneOld")
+	waitForPhase(t, cfg, d, rotation.EncryptionKey.Name, "Stable")
+	assertStored("key-3", "configmaps")
+	if got := configHas("key-2", "key-3"); got[0] || !got[1] {
+		t.Errorf("after dropping configmaps the configuration holds key-2 %v and key-3 %v", got[0], got[1])
+	}
+
+	// Hibernated: a request waits for the tenant to wake.
+	current = get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	patch = client.MergeFrom(current.DeepCopy())
 	current.Spec.MasterCount = ptr.To[int32](0)
 	if err := env.Client.Patch(ctx, current, patch); err != nil {
 		t.Fatal(err)
