@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -154,24 +156,32 @@ func EncryptionTarget(e *v1alpha1.EncryptionSpec) (v1alpha1.EncryptionProvider, 
 	return e.Provider, slices.Sorted(slices.Values(resources))
 }
 
-// NewEncryptionKeys is the material of a tenant that had none: the spec's
-// layout with a new key-1 encrypts at once, with identity as the old
-// layout, so that whatever the tenant's etcd already holds (a tenant that
-// had no encryption, an etcd restored from elsewhere) is rewritten and
-// proven like after any rotation (rotation phase SignWithNew).
-func NewEncryptionKeys(e *v1alpha1.EncryptionSpec) (EncryptionKeys, error) {
+// NewEncryptionKeys is the material of a tenant that had none, and the
+// rotation phase it starts in. Whatever the tenant's etcd already holds (a
+// tenant that had no encryption, an etcd restored from elsewhere) is
+// rewritten and proven like after any rotation. Without running apiservers
+// the spec's layout with a new key encrypts at once, identity being the
+// old layout (phase SignWithNew); apiservers that already run without
+// encryption must first learn to decrypt with the key before any encrypts
+// with it (phase TrustNew, the key as Next).
+func NewEncryptionKeys(e *v1alpha1.EncryptionSpec, running bool) (EncryptionKeys, rotation.Phase, error) {
 	provider, resources := EncryptionTarget(e)
-	key, err := NewEncryptionKey(provider, "key-1")
+	key, err := NewEncryptionKey(provider, EncryptionKeys{}.NextKeyName())
 	if err != nil {
-		return EncryptionKeys{}, err
+		return EncryptionKeys{}, "", err
 	}
-	return EncryptionKeys{
-		Current: EncryptionLayout{Key: key, Resources: resources},
-		Old:     &EncryptionLayout{Key: identityKey, Resources: resources},
-	}, nil
+	plain := EncryptionLayout{Key: identityKey, Resources: resources}
+	next := EncryptionLayout{Key: key, Resources: resources}
+	if running && provider != v1alpha1.EncryptionIdentity {
+		return EncryptionKeys{Current: plain, Next: &next}, rotation.TrustNew, nil
+	}
+	return EncryptionKeys{Current: next, Old: &plain}, rotation.SignWithNew, nil
 }
 
-// NextKeyName is a name no key of m had: key-N, one past the highest.
+// NextKeyName is a name no key had: key-N, one past the highest of m, with
+// a random suffix, so that a key generated again after its Secret was lost
+// never shares its name (and so the prefix of the values it writes) with
+// one whose values may still be in etcd.
 func (m EncryptionKeys) NextKeyName() string {
 	highest := 0
 	for _, l := range []*EncryptionLayout{&m.Current, m.Next, m.Old} {
@@ -182,7 +192,9 @@ func (m EncryptionKeys) NextKeyName() string {
 			}
 		}
 	}
-	return fmt.Sprintf("key-%d", highest+1)
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix) // never fails (crypto/rand)
+	return fmt.Sprintf("key-%d-%x", highest+1, suffix)
 }
 
 // Config renders the EncryptionConfiguration of m: for every resource, the
@@ -310,8 +322,9 @@ func ParseEncryptionKeys(data []byte, legacy EncryptionLayout) (EncryptionKeys, 
 		if err := json.Unmarshal(data, &keys); err != nil {
 			return m, err
 		}
-		if len(keys) == 0 {
-			return m, fmt.Errorf("no key")
+		if len(keys) != 1 {
+			// Releases before layouts wrote exactly one key.
+			return m, fmt.Errorf("%d keys in the list of a release before key rotation, which wrote exactly one: restore the Secret from a backup", len(keys))
 		}
 		k := keys[0]
 		if k.Provider == "" {
@@ -377,21 +390,18 @@ type EncryptedArea struct {
 
 // EncryptionAreas are the areas of etcd whose values must all carry
 // m.Current's key: every resource m.Current or m.Old names, resolved
-// against the resources the catalog of c's version stores and the custom
-// resources given (as kube-apiserver resolves wildcards), at the etcd
+// against the resources the catalog of c's version stores and the others
+// the tenant serves (as kube-apiserver resolves wildcards), at the etcd
 // prefix that version stores them under. A resource only m.Old encrypted
-// must end up in plain text.
-func EncryptionAreas(c *Completed, catalog *Catalog, custom []schema.GroupResource, m EncryptionKeys) ([]EncryptedArea, error) {
+// must end up in plain text. others maps resources the catalog does not
+// know to their etcd prefix (see OtherResourcePrefix).
+func EncryptionAreas(c *Completed, catalog *Catalog, others map[schema.GroupResource]string, m EncryptionKeys) ([]EncryptedArea, error) {
 	known := map[schema.GroupResource]string{}
-	for gr, prefix := range catalog.EtcdPrefixes {
+	for gr, prefix := range others {
 		known[gr] = prefix
 	}
-	for _, gr := range custom {
-		if _, ok := known[gr]; !ok {
-			// Custom resources live under group/resource (apiextensions'
-			// CRDRESTOptionsGetter).
-			known[gr] = gr.Group + "/" + gr.Resource
-		}
+	for gr, prefix := range catalog.EtcdPrefixes {
+		known[gr] = prefix
 	}
 	layouts := []EncryptionLayout{m.Current}
 	if m.Old != nil {
@@ -399,7 +409,20 @@ func EncryptionAreas(c *Completed, catalog *Catalog, custom []schema.GroupResour
 	}
 	byPrefix := map[string]*EncryptedArea{}
 	var out []*EncryptedArea
-	for gr, prefix := range known {
+	// Resources that share a prefix (core and events.k8s.io events) are
+	// stored through the first one's storage, core first, and encrypted
+	// as it is.
+	grs := slices.SortedFunc(maps.Keys(known), func(a, b schema.GroupResource) int {
+		if (a.Group == "") != (b.Group == "") {
+			if a.Group == "" {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.String(), b.String())
+	})
+	for _, gr := range grs {
+		prefix := known[gr]
 		name := gr.Resource
 		if gr.Group != "" {
 			name += "." + gr.Group
@@ -415,25 +438,54 @@ func EncryptionAreas(c *Completed, catalog *Catalog, custom []schema.GroupResour
 		if a == nil {
 			a = &EncryptedArea{
 				Servers:   etcdServersOf(&c.Spec.Etcd, catalog, prefix),
-				KeyPrefix: strings.TrimSuffix(c.Spec.Etcd.Prefix, "/") + "/" + prefix + "/",
+				KeyPrefix: EtcdKeyPrefix(c, prefix),
 				Want:      key.StoredPrefix(),
 				Key:       key.Name,
 			}
 			byPrefix[prefix] = a
 			out = append(out, a)
-		} else if a.Want != key.StoredPrefix() {
-			return nil, fmt.Errorf("resources stored together under %s are encrypted with different keys (%s and %s): list all of %v alike in spec.encryption.resources",
-				a.KeyPrefix, a.Key, key.Name, append(a.Resources, gr))
 		}
 		a.Resources = append(a.Resources, gr)
 	}
 	slices.SortFunc(out, func(a, b *EncryptedArea) int { return strings.Compare(a.KeyPrefix, b.KeyPrefix) })
 	areas := make([]EncryptedArea, len(out))
 	for i, a := range out {
-		slices.SortFunc(a.Resources, func(x, y schema.GroupResource) int { return strings.Compare(x.String(), y.String()) })
 		areas[i] = *a
 	}
 	return areas, nil
+}
+
+// EtcdKeyPrefix is where c's version keeps the resources stored under the
+// catalog prefix resourcePrefix, joined as upstream's etcd store joins it
+// (path.Join, so "/a//b/" and "/a/b" are one prefix), ending in "/".
+func EtcdKeyPrefix(c *Completed, resourcePrefix string) string {
+	return path.Join("/", c.Spec.Etcd.Prefix, resourcePrefix) + "/"
+}
+
+// OtherResourcePrefix is the etcd prefix of a resource the tenant serves
+// that the catalog does not list: a custom resource under group/resource
+// (apiextensions' CRDRESTOptionsGetter), a built-in one of a version the
+// operator does not bundle under its name (the storage factory's default).
+func OtherResourcePrefix(gr schema.GroupResource, custom bool) string {
+	if custom {
+		return gr.Group + "/" + gr.Resource
+	}
+	return strings.ToLower(gr.Resource)
+}
+
+// EncryptionIncomplete reports whether some resource the layout to reach
+// encrypts was not encrypted by the layout it replaces (it is being added,
+// or encryption is being turned on): its values may still be plain.
+func EncryptionIncomplete(from, to EncryptionLayout) bool {
+	if to.Key.Provider == v1alpha1.EncryptionIdentity {
+		return false
+	}
+	for _, r := range to.Resources {
+		if from.Key.Provider == v1alpha1.EncryptionIdentity || !from.Covers(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // etcdServersOf is the etcd that stores the resources under prefix: the

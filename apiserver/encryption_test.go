@@ -112,10 +112,19 @@ func TestEncryptionKeys_Config(t *testing.T) {
 				}
 			}
 			for gr, keys := range tt.reads {
+				writer, ok := tt.writes[gr]
+				if !ok {
+					t.Fatalf("the case names no writer of %s", gr)
+				}
 				for _, k := range keys {
+					// Stale is what makes kube-apiserver write an unchanged
+					// object again, which the re-encryption relies on: a
+					// value read with any key but the writer is stale.
+					wantStale := !k.same(writer)
 					if k.Provider == v1alpha1.EncryptionIdentity {
-						if _, _, err := tr.TransformerForResource(gr).TransformFromStorage(context.Background(), []byte("k8s\x00plain"), value.DefaultContext("/registry/x")); err != nil {
-							t.Errorf("%s stored in plain text cannot be read: %v\n%s", gr, err, config)
+						_, stale, err := tr.TransformerForResource(gr).TransformFromStorage(context.Background(), []byte("k8s\x00plain"), value.DefaultContext("/registry/x"))
+						if err != nil || stale != wantStale {
+							t.Errorf("%s stored in plain text: read error %v, stale %v (want %v)\n%s", gr, err, stale, wantStale, config)
 						}
 						continue
 					}
@@ -125,8 +134,9 @@ func TestEncryptionKeys_Config(t *testing.T) {
 						t.Fatal(err)
 					}
 					stored := written(t, loadUpstream(t, alone), gr)
-					if _, _, err := tr.TransformerForResource(gr).TransformFromStorage(context.Background(), stored, value.DefaultContext("/registry/x")); err != nil {
-						t.Errorf("%s written with %s cannot be read: %v\n%s", gr, k.Name, err, config)
+					_, stale, err := tr.TransformerForResource(gr).TransformFromStorage(context.Background(), stored, value.DefaultContext("/registry/x"))
+					if err != nil || stale != wantStale {
+						t.Errorf("%s written with %s: read error %v, stale %v (want %v)\n%s", gr, k.Name, err, stale, wantStale, config)
 					}
 				}
 			}
@@ -176,8 +186,15 @@ func TestParseEncryptionKeys_Legacy(t *testing.T) {
 		!slices.Equal(m.Current.Resources, []string{"secrets"}) || m.Old == nil || m.Old.Key.Provider != v1alpha1.EncryptionIdentity {
 		t.Fatalf("legacy keys read as %+v (old %+v)", m.Current, m.Old)
 	}
-	if got := m.NextKeyName(); got != "key-2" {
-		t.Errorf("NextKeyName = %s, want key-2", got)
+	next, again := m.NextKeyName(), m.NextKeyName()
+	if !strings.HasPrefix(next, "key-2-") || next == again {
+		t.Errorf("NextKeyName = %s then %s, want key-2 with a random suffix, never twice the same", next, again)
+	}
+	if first := (EncryptionKeys{}).NextKeyName(); !strings.HasPrefix(first, "key-1-") || first == (EncryptionKeys{}).NextKeyName() {
+		t.Errorf("a first key is named %s: a key generated again after its Secret was lost would share the prefix of the lost one's values", first)
+	}
+	if _, err := ParseEncryptionKeys([]byte(`[{"Name":"key-1","Secret":"AA=="},{"Name":"key-0","Secret":"AA=="}]`), EncryptionLayout{}); err == nil {
+		t.Error("a legacy list of two keys was read as one")
 	}
 }
 
@@ -214,7 +231,7 @@ func TestEncryptionAreas(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			areas, err := EncryptionAreas(c, c.Catalog, []schema.GroupResource{widgets}, tt.keys)
+			areas, err := EncryptionAreas(c, c.Catalog, map[schema.GroupResource]string{widgets: OtherResourcePrefix(widgets, true)}, tt.keys)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -259,9 +276,9 @@ func TestDefaultEncryption_PassesCIS(t *testing.T) {
 	if got := flagValues(a, "encryption-provider-config"); !slices.Equal(got, []string{EncryptionConfigFile}) {
 		t.Fatalf("CIS 1.2.27: --encryption-provider-config is %v", got)
 	}
-	keys, err := NewEncryptionKeys(c.Spec.Encryption)
-	if err != nil {
-		t.Fatal(err)
+	keys, phase, err := NewEncryptionKeys(c.Spec.Encryption, false)
+	if err != nil || phase != rotation.SignWithNew {
+		t.Fatal(phase, err)
 	}
 	s, err := DesiredEncryptionSecret(c, keys, rotation.State{})
 	if err != nil {
@@ -277,7 +294,7 @@ func TestDefaultEncryption_PassesCIS(t *testing.T) {
 		if first.Secretbox == nil && first.AESCBC == nil && first.KMS == nil {
 			t.Errorf("CIS 1.2.28: the first provider of %s is %+v", gr, first)
 		}
-		if got := written(t, tr, gr); !bytes.HasPrefix(got, []byte("k8s:enc:secretbox:v1:key-1:")) {
+		if got := written(t, tr, gr); !bytes.HasPrefix(got, []byte("k8s:enc:secretbox:v1:"+keys.Current.Key.Name+":")) {
 			t.Errorf("a default tenant stores %s as %q", gr, got[:min(len(got), 30)])
 		}
 	}

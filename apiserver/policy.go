@@ -109,6 +109,28 @@ func encryptionResourcePolicy(r string, catalog *Catalog, path *field.Path) fiel
 	return field.ErrorList{field.Invalid(path, r, msg)}
 }
 
+// encryptionSwitchPolicy refuses a move between the operator's keys
+// (provider) and the user's own configuration (configSecretName) that
+// would leave stored values encrypted with keys the new side does not
+// have: kube-apiserver would start, and fail to read them. The way across
+// is plain text: provider identity decrypts everything (proven in etcd)
+// before the user's configuration takes over; the other way, the user's
+// configuration is made to store plain text first.
+func encryptionSwitchPolicy(old, cur *v1alpha1.EncryptionSpec, path *field.Path) field.ErrorList {
+	if old == nil || cur == nil {
+		return nil
+	}
+	switch {
+	case old.Provider != "" && old.Provider != v1alpha1.EncryptionIdentity && cur.ConfigSecretName != "":
+		return field.ErrorList{field.Forbidden(path.Child("configSecretName"), fmt.Sprintf(
+			"what the operator's %s key encrypted would be unreadable with your own configuration: set provider: identity first, wait for the condition Encrypted to read EncryptionDisabled (everything decrypted and proven in etcd), then set configSecretName", old.Provider))}
+	case old.ConfigSecretName != "" && cur.Provider != "" && cur.Provider != v1alpha1.EncryptionIdentity:
+		return field.ErrorList{field.Forbidden(path.Child("provider"), fmt.Sprintf(
+			"the operator does not have the keys of your configuration (Secret %s): make it store plain text first (identity as its first provider, your keys after it) and rewrite what it encrypted, then set provider: identity, then provider: %s", old.ConfigSecretName, cur.Provider))}
+	}
+	return nil
+}
+
 // ValidateUpdate refuses changes that kube-apiserver would start with but
 // never carry out, or that lose data: moving etcd.prefix (every stored
 // object is left behind), changing or dropping the secondary service range
@@ -135,6 +157,7 @@ func ValidateUpdate(old, cfg *v1alpha1.ApiServerConfig) field.ErrorList {
 				"the secondary range is immutable once set (was %s): kube-apiserver keeps serving the ServiceCIDR it was created with and only logs the change", was)))
 		}
 	}
+	errs = append(errs, encryptionSwitchPolicy(oldSpec.Encryption, spec.Encryption, specPath.Child("encryption"))...)
 	oldV, err1 := utilversion.ParseSemantic(oldSpec.Version)
 	newV, err2 := utilversion.ParseSemantic(spec.Version)
 	if err1 == nil && err2 == nil && newV.Major() == oldV.Major() && newV.Minor() > oldV.Minor()+1 {

@@ -89,6 +89,24 @@ func TestValidateUpdate(t *testing.T) {
 			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "", ""},
 		{"a skipped minor", func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.35.2" },
 			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "spec.version", "skips a minor version"},
+		{"the operator's key to your own configuration", nil,
+			func(s *v1alpha1.ApiServerConfigSpec) {
+				s.Encryption = &v1alpha1.EncryptionSpec{ConfigSecretName: "mine"}
+			},
+			"spec.encryption.configSecretName", "set provider: identity first"},
+		{"plain text to your own configuration", func(s *v1alpha1.ApiServerConfigSpec) { s.Encryption = &v1alpha1.EncryptionSpec{Provider: "identity"} },
+			func(s *v1alpha1.ApiServerConfigSpec) {
+				s.Encryption = &v1alpha1.EncryptionSpec{ConfigSecretName: "mine"}
+			}, "", ""},
+		{"your own configuration to the operator's key", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Encryption = &v1alpha1.EncryptionSpec{ConfigSecretName: "mine"}
+		},
+			func(s *v1alpha1.ApiServerConfigSpec) { s.Encryption = &v1alpha1.EncryptionSpec{Provider: "aescbc"} }, "spec.encryption.provider", "store plain text first"},
+		{"your own configuration to plain text", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Encryption = &v1alpha1.EncryptionSpec{ConfigSecretName: "mine"}
+		},
+			func(s *v1alpha1.ApiServerConfigSpec) { s.Encryption = &v1alpha1.EncryptionSpec{Provider: "identity"} }, "", ""},
+		{"another provider", nil, func(s *v1alpha1.ApiServerConfigSpec) { s.Encryption = &v1alpha1.EncryptionSpec{Provider: "aesgcm"} }, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

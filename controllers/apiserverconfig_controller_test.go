@@ -421,7 +421,9 @@ func TestApiServerConfigReconciler_DeletionCleansUpAndRetainKeepsTheCA(t *testin
 		}
 		want := map[string]bool{}
 		if retention == "Retain" {
-			for _, s := range []string{apiserver.CASecretName(name), apiserver.FrontProxyCASecretName(name), apiserver.ServiceAccountSecretName(name)} {
+			// The encryption key too: what it encrypted in etcd outlives
+			// the ApiServerConfig.
+			for _, s := range []string{apiserver.CASecretName(name), apiserver.FrontProxyCASecretName(name), apiserver.ServiceAccountSecretName(name), apiserver.EncryptionSecretName(name)} {
 				want[s] = true // kept, and no longer owned
 			}
 		}

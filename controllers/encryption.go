@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,11 +77,12 @@ func (r *ApiServerConfigReconciler) loadEncryption(ctx context.Context, p *pass)
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading Secret %s/%s: %w", p.cfg.Namespace, name, err)
 	default:
-		keys, err := apiserver.NewEncryptionKeys(p.c.Spec.Encryption)
+		// A Deployment that exists runs apiservers without encryption.
+		keys, phase, err := apiserver.NewEncryptionKeys(p.c.Spec.Encryption, p.current.UID != "")
 		if err != nil {
 			return err
 		}
-		p.enc = &encryptionPass{keys: keys, state: rotation.State{Phase: rotation.SignWithNew, Since: p.now, SignerSince: p.now, Request: request}}
+		p.enc = &encryptionPass{keys: keys, state: rotation.State{Phase: phase, Since: p.now, SignerSince: p.now, Request: request}}
 	}
 	return nil
 }
@@ -161,9 +163,16 @@ func (p *pass) encryptionObservation() *encryptionObservation {
 	k := p.enc.keys
 	current := k.Current
 	current.Key.Secret = nil
+	incomplete := false
+	switch {
+	case k.Next != nil:
+		incomplete = apiserver.EncryptionIncomplete(k.Current, *k.Next)
+	case k.Old != nil:
+		incomplete = apiserver.EncryptionIncomplete(*k.Old, k.Current)
+	}
 	return &encryptionObservation{
 		phase: p.enc.state.Phase, current: current, provenAt: k.ProvenAt, progress: p.enc.progress, postponed: p.enc.hibernated,
-		oldPlain: k.Old != nil && k.Old.Key.Provider == v1alpha1.EncryptionIdentity,
+		incomplete: incomplete,
 	}
 }
 
@@ -185,37 +194,74 @@ func (p *pass) publishEncryption() (bool, error) {
 		before.Annotations[apiserver.RotationStateAnnotation] != p.encryption.Annotations[apiserver.RotationStateAnnotation], nil
 }
 
+// reencryptRetry is how soon a pass that rewrote nothing (every rewrite
+// failed) looks again.
+const reencryptRetry = 10 * time.Second
+
 // reconcileEncryption proves, while the encryption key's rotation waits
 // for it, that every stored value of the encrypted resources carries the
 // key that encrypts now, reading the tenant's etcd; it rewrites what does
 // not through the tenant's API, paced and in slices, each pass going on
 // where etcd says the last one stopped (so an operator restart loses
-// nothing). It runs only once every apiserver encrypts with that key.
+// nothing). It runs only once every apiserver encrypts with that key. The
+// proof ends with a look at every value under the tenant's etcd prefix for
+// the old key's, which needs neither the catalog nor discovery to be
+// right.
 func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *pass) error {
 	e := p.enc
 	if e == nil || e.state.Phase != rotation.SignWithNew || r.Etcd == nil {
 		return nil
 	}
-	if !rolloutDone(p.current) {
+	if !rolledOut(p) {
 		e.progress = "waits until every apiserver encrypts with " + e.keys.Current.Key.Name
 		return nil
 	}
-	areas, tenant, err := r.encryptedAreas(ctx, p)
+	hibernated := *p.c.Spec.MasterCount == 0
+	catalog, err := apiserver.StorageCatalog(p.c)
 	if err != nil {
 		return err
+	}
+	var tenant TenantAPI
+	others := map[schema.GroupResource]string{}
+	if needsDiscovery(catalog, e.keys) {
+		if hibernated {
+			e.progress = "the encrypted resources name resources only the tenant's discovery lists; the tenant is hibernated (masterCount 0): the proof waits until it wakes"
+			return nil
+		}
+		if tenant, err = r.tenants()(ctx, p); err != nil {
+			return err
+		}
+		served, err := tenant.Resources(ctx)
+		if err != nil {
+			return fmt.Errorf("proving the re-encryption needs every resource the tenant serves: %w", err)
+		}
+		for gr, res := range served {
+			others[gr] = apiserver.OtherResourcePrefix(gr, res.Custom)
+		}
+	}
+	areas, err := apiserver.EncryptionAreas(p.c, catalog, others, e.keys)
+	if err != nil {
+		return fmt.Errorf("proving the re-encryption: %w", err)
 	}
 	stale, total, err := r.staleValues(ctx, p, areas, p.c.Spec.Encryption)
 	if err != nil {
 		return err
 	}
 	if total == 0 {
+		if left, where, err := r.valuesUnder(ctx, p, e.keys.Old); err != nil || left > 0 {
+			if err == nil {
+				e.progress = fmt.Sprintf("%d stored values outside the encrypted resources still carry %s (first: %s): restore spec.encryption.resources to what it was, or rewrite them", left, e.keys.Old.Key.Name, where)
+				p.requeueWithin(reencryptRetry)
+			}
+			return err
+		}
 		e.proven = true
 		at := p.now.UTC().Truncate(time.Second)
 		e.keys.ProvenAt = &at
 		e.progress = "every stored value carries " + e.keys.Current.Key.Name
 		return nil
 	}
-	if *p.c.Spec.MasterCount == 0 {
+	if hibernated {
 		e.progress = fmt.Sprintf("%d stored values still need re-encryption with %s; the tenant is hibernated (masterCount 0), it goes on when it wakes", total, e.keys.Current.Key.Name)
 		return nil
 	}
@@ -229,8 +275,49 @@ func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *
 	if failed != nil {
 		e.progress += "; failed: " + failed.Error()
 	}
-	p.requeueWithin(time.Millisecond)
+	if rewritten > 0 {
+		p.requeueWithin(time.Millisecond)
+	} else {
+		p.requeueWithin(reencryptRetry)
+	}
 	return nil
+}
+
+// valuesUnder counts the values under the tenant's etcd prefix, on every
+// etcd it uses, that the layout's key wrote, and names the first; none for
+// a layout that stores plain text.
+func (r *ApiServerConfigReconciler) valuesUnder(ctx context.Context, p *pass, l *apiserver.EncryptionLayout) (int, string, error) {
+	if l == nil || l.Key.StoredPrefix() == "" {
+		return 0, "", nil
+	}
+	want := []byte(l.Key.StoredPrefix())
+	count, first := 0, ""
+	prefix := apiserver.EtcdKeyPrefix(p.c, "")
+	for _, servers := range etcdServerSets(&p.c.Spec.Etcd) {
+		err := r.Etcd.Scan(ctx, servers, p.etcdTLS, prefix, func(key, value []byte) {
+			if bytes.HasPrefix(value, want) {
+				if count == 0 {
+					first = string(key)
+				}
+				count++
+			}
+		})
+		if err != nil {
+			return 0, "", fmt.Errorf("proving the re-encryption: %w", err)
+		}
+	}
+	return count, first, nil
+}
+
+// etcdServerSets are the main servers and each override's, once each.
+func etcdServerSets(spec *v1alpha1.EtcdSpec) [][]string {
+	out := [][]string{spec.Servers}
+	for _, o := range spec.Overrides {
+		if !slices.ContainsFunc(out, func(s []string) bool { return slices.Equal(s, o.Servers) }) {
+			out = append(out, o.Servers)
+		}
+	}
+	return out
 }
 
 func (r *ApiServerConfigReconciler) tenants() TenantConnector {
@@ -238,35 +325,6 @@ func (r *ApiServerConfigReconciler) tenants() TenantConnector {
 		return r.Tenants
 	}
 	return connectTenant
-}
-
-// encryptedAreas are the areas of etcd to prove. Custom resources count
-// when the encrypted resources name something the catalog does not know
-// (a wildcard or a group of its own): the tenant's discovery lists them.
-func (r *ApiServerConfigReconciler) encryptedAreas(ctx context.Context, p *pass) ([]apiserver.EncryptedArea, TenantAPI, error) {
-	catalog, err := apiserver.StorageCatalog(p.c)
-	if err != nil {
-		return nil, nil, err
-	}
-	var custom []schema.GroupResource
-	var tenant TenantAPI
-	if needsDiscovery(catalog, p.enc.keys) && *p.c.Spec.MasterCount > 0 {
-		if tenant, err = r.tenants()(ctx, p); err != nil {
-			return nil, nil, err
-		}
-		served, err := tenant.Resources(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		for gr := range served {
-			custom = append(custom, gr)
-		}
-	}
-	areas, err := apiserver.EncryptionAreas(p.c, catalog, custom, p.enc.keys)
-	if err != nil {
-		return nil, nil, fmt.Errorf("proving the re-encryption: %w", err)
-	}
-	return areas, tenant, nil
 }
 
 // needsDiscovery: a layout names a resource the catalog cannot resolve.
@@ -343,7 +401,7 @@ const rewriteWorkers = 4
 // failures (a failure does not stop the others: the next pass retries).
 func (r *ApiServerConfigReconciler) rewrite(ctx context.Context, p *pass, tenant TenantAPI, stale []staleValue) (int, error) {
 	served, err := tenant.Resources(ctx)
-	if err != nil {
+	if err != nil && len(served) == 0 {
 		return 0, err
 	}
 	limiter := rate.NewLimiter(rate.Limit(rewritesPerSecond(p.c.Spec.Encryption)), rewriteWorkers)

@@ -37,8 +37,10 @@ func connectTestTenant(_ context.Context, p *pass) (TenantAPI, error) {
 // fakeTenant stands for a tenant's kube-apiserver in etcd: a rewrite stores
 // the object again as kube-apiserver would, behind the prefix of the key
 // that the operator's encryption Secret says encrypts now (the proof looks
-// at nothing else). The real thing is in the e2e suite and in
-// TestReencryption_RealKubeAPIServer.
+// at nothing else). The real thing is in the e2e suite
+// (test/e2e/encryption_test.go); that kube-apiserver writes again only
+// what it read with a key that no longer encrypts is asserted in
+// apiserver's TestEncryptionKeys_Config (the values' staleness).
 type fakeTenant struct {
 	etcd     *clientv3.Client
 	cfg      *v1alpha1.ApiServerConfig
@@ -145,7 +147,7 @@ func TestApiServerConfigReconciler_EncryptsWhatWasStoredAndRotatesTheKey(t *test
 			for _, p := range plainToo {
 				plain = plain || strings.Contains(k, "/"+p+"/")
 			}
-			if plain != !strings.HasPrefix(v, "k8s:enc:secretbox:v1:"+key+":") {
+			if plain != !strings.HasPrefix(v, "k8s:enc:secretbox:v1:"+key+"-") {
 				t.Errorf("%s is stored as %q (want %s, plain: %v)", k, v, key, plain)
 			}
 		}
@@ -165,7 +167,7 @@ func TestApiServerConfigReconciler_EncryptsWhatWasStoredAndRotatesTheKey(t *test
 	configHas := func(names ...string) []bool {
 		var out []bool
 		for _, n := range names {
-			out = append(out, bytes.Contains(get(t, secret).Data[apiserver.EncryptionConfigKey], []byte("name: "+n+"\n")))
+			out = append(out, bytes.Contains(get(t, secret).Data[apiserver.EncryptionConfigKey], []byte("name: "+n+"-")))
 		}
 		return out
 	}
@@ -240,4 +242,43 @@ func TestApiServerConfigReconciler_EncryptsWhatWasStoredAndRotatesTheKey(t *test
 		t.Fatal(err)
 	}
 	waitForPhase(t, cfg, d, rotation.EncryptionKey.Name, "TrustNew")
+}
+
+// TestApiServerConfigReconciler_TurnsEncryptionOnWhereApiserversRun: a
+// tenant whose apiservers already run without encryption (an operator
+// upgrade, or a lost encryption Secret) first teaches every apiserver the
+// new key, still writing plain text, before any encrypts with it: an
+// apiserver that cannot decrypt never meets an encrypted value.
+func TestApiServerConfigReconciler_TurnsEncryptionOnWhereApiserversRun(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "upgraded", nil)
+	createReady(t, cfg)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.EncryptionSecretName("upgraded")}}
+	before := get(t, secret).Data[apiserver.EncryptionKeysKey]
+	if err := env.Client.Delete(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "a new key is generated, decrypting only", func() error {
+		s := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(secret), s); err != nil {
+			return err
+		}
+		if bytes.Equal(s.Data[apiserver.EncryptionKeysKey], before) {
+			return fmt.Errorf("the Secret is not regenerated yet")
+		}
+		state, err := apiserver.RotationStateOf(rotation.EncryptionKey, s)
+		if err != nil {
+			return err
+		}
+		config := string(s.Data[apiserver.EncryptionConfigKey])
+		identity, key := strings.Index(config, "identity: {}"), strings.Index(config, "name: key-1-")
+		if state.Phase != rotation.TrustNew || identity < 0 || key < 0 || identity > key {
+			return fmt.Errorf("phase %s, configuration:\n%s", state.Phase, config)
+		}
+		return nil
+	})
+	if c := encryptedStatus(t, cfg); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonReencrypting {
+		t.Errorf("Encrypted is %v while the key only decrypts", c)
+	}
 }

@@ -136,6 +136,30 @@ func actOnServiceAccountKey(p *pass, a rotation.Action) error {
 	return nil
 }
 
+// podsGoneRequeue is how soon a pass looks again for the old pods that
+// still shut down after a rollout.
+const podsGoneRequeue = 2 * time.Second
+
+// rolledOut reports whether every apiserver runs what the pass applied:
+// the Deployment rolled out, and no pod of an older template is left,
+// shutting down ones included (they keep serving through their shutdown
+// delay, with the configuration they started with).
+func rolledOut(p *pass) bool {
+	if !rolloutDone(p.current) {
+		return false
+	}
+	want := p.current.Spec.Template.Annotations[apiserver.ConfigHashAnnotation]
+	for _, pod := range p.pods {
+		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+			continue // not running (evicted)
+		}
+		if pod.DeletionTimestamp != nil || pod.Annotations[apiserver.ConfigHashAnnotation] != want {
+			return false
+		}
+	}
+	return true
+}
+
 // reconcileRotations runs after the Deployment was applied: a rotation
 // moves, by one phase at most, only once the Deployment runs everywhere
 // what the pass just applied, which holds everything the previous phase
@@ -143,7 +167,10 @@ func actOnServiceAccountKey(p *pass, a rotation.Action) error {
 // Deployment (so the Secrets and the hash are rendered once a pass, twice
 // in the few passes where a rotation moves).
 func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *pass) error {
-	rolledOut := rolloutDone(p.current)
+	rolledOut := rolledOut(p)
+	if rolloutDone(p.current) && !rolledOut {
+		p.requeueWithin(podsGoneRequeue) // the pods' deletion brings a pass too
+	}
 	var statuses []v1alpha1.RotationStatus
 	moved := false
 	for _, rot := range r.rotators() {

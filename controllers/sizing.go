@@ -76,7 +76,7 @@ func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg 
 		return false, interval, err
 	}
 	at := func(resource string) string {
-		return spec.Prefix + "/" + catalog.EtcdPrefixes[schema.GroupResource{Resource: resource}] + "/"
+		return apiserver.EtcdKeyPrefix(c, catalog.EtcdPrefixes[schema.GroupResource{Resource: resource}])
 	}
 	nodes, err := r.Etcd.Count(ctx, serversOf(spec, "nodes"), tlsConfig, at("nodes"))
 	if err != nil {

@@ -54,11 +54,12 @@ type encryptionObservation struct {
 	userManaged bool
 	phase       rotation.Phase
 	// current is the layout that encrypts (its key's secret left out);
-	// oldPlain: the layout being replaced stored plain text.
-	current  apiserver.EncryptionLayout
-	oldPlain bool
-	provenAt *time.Time
-	progress string
+	// incomplete: the rotation adds resources to what is encrypted (or
+	// turns encryption on), so some values may still be plain.
+	current    apiserver.EncryptionLayout
+	incomplete bool
+	provenAt   *time.Time
+	progress   string
 	// postponed: a rotation is due but the tenant is hibernated.
 	postponed bool
 }
@@ -251,12 +252,16 @@ func encryptedCondition(o observations) metav1.Condition {
 	}
 	what := fmt.Sprintf("%s encrypted with %s key %s", strings.Join(e.current.Resources, ", "), e.current.Key.Provider, e.current.Key.Name)
 	switch {
+	case e.incomplete:
+		msg := fmt.Sprintf("Encrypting what is stored in plain text (phase %s)", e.phase)
+		if e.progress != "" {
+			msg += ": " + e.progress
+		}
+		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonReencrypting, msg, o.generation)
 	case e.current.Key.Provider == v1alpha1.EncryptionIdentity && e.phase == rotation.Stable:
 		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonEncryptionDisabled, "spec.encryption.provider is identity: resources are stored in plain text", o.generation)
 	case e.current.Key.Provider == v1alpha1.EncryptionIdentity:
 		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonReencrypting, "Decrypting (spec.encryption.provider is identity): "+e.progress, o.generation)
-	case e.phase == rotation.SignWithNew && e.oldPlain:
-		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonReencrypting, "Encrypting what is stored in plain text: "+e.progress, o.generation)
 	case e.phase != rotation.Stable:
 		msg := fmt.Sprintf("Rotating the encryption key (phase %s)", e.phase)
 		if e.progress != "" {

@@ -16,6 +16,8 @@ import (
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 // kstatusOf is what GitOps tools (Flux, Argo CD's kstatus users) compute
@@ -286,5 +288,41 @@ func TestPodFailure(t *testing.T) {
 				t.Fatalf("failure %s since %s: %q; want %s since %s saying %q", f.reason, f.since, f.message, tc.reason, tc.since, tc.says)
 			}
 		})
+	}
+}
+
+// TestEncryptedCondition: Encrypted is True only while every value of the
+// encrypted resources is known to be encrypted.
+func TestEncryptedCondition(t *testing.T) {
+	k1 := apiserver.EncryptionKey{Name: "key-1-a", Provider: v1alpha1.EncryptionSecretbox}
+	k2 := apiserver.EncryptionKey{Name: "key-2-b", Provider: v1alpha1.EncryptionSecretbox}
+	plain := apiserver.EncryptionKey{Name: "identity", Provider: v1alpha1.EncryptionIdentity}
+	layout := func(k apiserver.EncryptionKey, r ...string) apiserver.EncryptionLayout {
+		return apiserver.EncryptionLayout{Key: k, Resources: r}
+	}
+	proven := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		obs    *encryptionObservation
+		status metav1.ConditionStatus
+		reason string
+	}{
+		{"the user's configuration", &encryptionObservation{userManaged: true}, metav1.ConditionUnknown, v1alpha1.ReasonUserManaged},
+		{"proven at rest", &encryptionObservation{phase: rotation.Stable, current: layout(k1, "secrets"), provenAt: &proven}, metav1.ConditionTrue, v1alpha1.ReasonEncryptionProven},
+		{"rotating between two keys", &encryptionObservation{phase: rotation.SignWithNew, current: layout(k2, "secrets")}, metav1.ConditionTrue, v1alpha1.ReasonRotationInProgress},
+		{"turning on", &encryptionObservation{phase: rotation.SignWithNew, current: layout(k1, "secrets"), incomplete: true}, metav1.ConditionFalse, v1alpha1.ReasonReencrypting},
+		{"turning on, the key only decrypting", &encryptionObservation{phase: rotation.TrustNew, current: layout(plain, "secrets"), incomplete: true}, metav1.ConditionFalse, v1alpha1.ReasonReencrypting},
+		{"decrypting", &encryptionObservation{phase: rotation.SignWithNew, current: layout(plain, "secrets")}, metav1.ConditionFalse, v1alpha1.ReasonReencrypting},
+		{"off", &encryptionObservation{phase: rotation.Stable, current: layout(plain, "secrets")}, metav1.ConditionFalse, v1alpha1.ReasonEncryptionDisabled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := encryptedCondition(observations{generation: 2, encryption: tc.obs})
+			if c.Status != tc.status || c.Reason != tc.reason || c.ObservedGeneration != 2 {
+				t.Errorf("Encrypted = %s/%s (%q), want %s/%s", c.Status, c.Reason, c.Message, tc.status, tc.reason)
+			}
+		})
+	}
+	if !apiserver.EncryptionIncomplete(layout(k1, "secrets"), layout(k2, "secrets", "configmaps")) || apiserver.EncryptionIncomplete(layout(k1, "secrets", "configmaps"), layout(k2, "secrets")) {
+		t.Error("adding a resource leaves its values plain until they are rewritten; removing one does not")
 	}
 }

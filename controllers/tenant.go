@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -21,7 +22,8 @@ import (
 // encrypts them again with the key that encrypts now.
 type TenantAPI interface {
 	// Resources are the group/resources the tenant serves that can be
-	// rewritten (listed, patched), custom resources included.
+	// rewritten (listed, patched), custom resources included. When a
+	// group's discovery failed, the others come with an error.
 	Resources(ctx context.Context) (map[schema.GroupResource]TenantResource, error)
 	// Rewrite writes an object back unchanged. An object that is gone is
 	// not an error: whatever replaced it was written with the current key.
@@ -34,6 +36,8 @@ type TenantResource struct {
 	// preferred one).
 	schema.GroupVersionResource
 	Namespaced bool
+	// Custom: a custom resource (a CRD's), stored under group/resource.
+	Custom bool
 }
 
 // TenantConnector opens a tenant's API as its administrator.
@@ -75,14 +79,25 @@ type tenantClient struct {
 	host string
 }
 
+// crdResource is where a tenant lists its custom resource definitions.
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
 // Resources implements TenantAPI.
-func (t *tenantClient) Resources(_ context.Context) (map[schema.GroupResource]TenantResource, error) {
-	lists, err := t.disc.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
-		return nil, fmt.Errorf("reading the discovery of the tenant's API at %s: %w", t.host, err)
+func (t *tenantClient) Resources(ctx context.Context) (map[schema.GroupResource]TenantResource, error) {
+	lists, discoveryErr := t.disc.ServerPreferredResources()
+	if discoveryErr != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("reading the discovery of the tenant's API at %s: %w", t.host, discoveryErr)
 	}
-	// A group whose discovery failed (an aggregated API that is down)
-	// stores nothing in this tenant's etcd: the others are enough.
+	crds, err := t.dyn.Resource(crdResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the custom resource definitions of the tenant's API at %s: %w", t.host, err)
+	}
+	custom := map[schema.GroupResource]bool{}
+	for _, crd := range crds.Items {
+		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+		plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+		custom[schema.GroupResource{Group: group, Resource: plural}] = true
+	}
 	out := map[schema.GroupResource]TenantResource{}
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
@@ -93,10 +108,14 @@ func (t *tenantClient) Resources(_ context.Context) (map[schema.GroupResource]Te
 			if !canRewrite(r) {
 				continue
 			}
-			out[schema.GroupResource{Group: gv.Group, Resource: r.Name}] = TenantResource{
-				GroupVersionResource: gv.WithResource(r.Name), Namespaced: r.Namespaced,
-			}
+			gr := schema.GroupResource{Group: gv.Group, Resource: r.Name}
+			out[gr] = TenantResource{GroupVersionResource: gv.WithResource(r.Name), Namespaced: r.Namespaced, Custom: custom[gr]}
 		}
+	}
+	if discoveryErr != nil {
+		// A group whose discovery failed (an aggregated API that is down):
+		// enough to rewrite with, not to prove that nothing was missed.
+		return out, fmt.Errorf("reading the discovery of the tenant's API at %s: %w", t.host, discoveryErr)
 	}
 	return out, nil
 }

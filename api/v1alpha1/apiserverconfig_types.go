@@ -891,9 +891,11 @@ type CertificatesSpec struct {
 	// +optional
 	RotationOverlap *metav1.Duration `json:"rotationOverlap,omitempty"`
 
-	// PKIRetention: Retain keeps the CA Secrets when the ApiServerConfig is
-	// deleted, so a re-created control plane keeps trusting existing
-	// clients; Delete removes them with everything else.
+	// PKIRetention: Retain keeps the CA Secrets, the service-account key
+	// and the encryption key when the ApiServerConfig is deleted, so a
+	// re-created control plane keeps trusting existing clients and reading
+	// what it encrypted in etcd; Delete removes them with everything else
+	// (data left in etcd encrypted with the deleted key is then lost).
 	// +kubebuilder:default=Delete
 	// +optional
 	PKIRetention PKIRetention `json:"pkiRetention,omitempty"`

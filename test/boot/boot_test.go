@@ -160,7 +160,10 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	args := must(apiserver.Args(c))
 	cm := must(apiserver.DesiredConfigMap(c, nil))
 	// Encryption at rest as a new tenant gets it.
-	encryptionKeys := must(apiserver.NewEncryptionKeys(c.Spec.Encryption))
+	encryptionKeys, _, encErr := apiserver.NewEncryptionKeys(c.Spec.Encryption, false)
+	if encErr != nil {
+		t.Fatal(encErr)
+	}
 	encryption := must(apiserver.DesiredEncryptionSecret(c, encryptionKeys, rotation.State{}))
 
 	// The PKI, at the paths the flags name, under dir instead of /.
@@ -344,7 +347,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	for _, a := range areas {
 		key := a.KeyPrefix + ns.Name + "/boot-" + map[string]string{"secrets": "secret", "configmaps": "config"}[a.Resources[0].Resource]
 		value := raw(mainEtcd, key)
-		if !strings.HasPrefix(string(value), a.Want) || a.Want != "k8s:enc:secretbox:v1:key-1:" || strings.Contains(string(value), "hunter2") {
+		if !strings.HasPrefix(string(value), a.Want) || a.Want != encryptionKeys.Current.Key.StoredPrefix() || strings.Contains(string(value), "hunter2") {
 			t.Errorf("%s is stored as %.40q, want it behind %q", key, value, a.Want)
 		}
 	}

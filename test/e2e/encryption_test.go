@@ -52,7 +52,8 @@ func tenantEtcdValues(t testing.TB, prefix string) map[string][]byte {
 }
 
 // assertEncryptedWith checks every stored Secret and ConfigMap of cfg in
-// etcd: behind key's prefix, and none holding a known plain value.
+// etcd: behind the prefix of key (key-N, the operator adds a random
+// suffix), and none holding a known plain value.
 func assertEncryptedWith(t testing.TB, cfg *v1alpha1.ApiServerConfig, key string, plain []byte) {
 	t.Helper()
 	for _, resource := range []string{"secrets", "configmaps"} {
@@ -62,7 +63,7 @@ func assertEncryptedWith(t testing.TB, cfg *v1alpha1.ApiServerConfig, key string
 		}
 		wrong := 0
 		for k, v := range values {
-			if !bytes.HasPrefix(v, []byte("k8s:enc:secretbox:v1:"+key+":")) || bytes.Contains(v, plain) {
+			if !bytes.HasPrefix(v, []byte("k8s:enc:secretbox:v1:"+key+"-")) || bytes.Contains(v, plain) {
 				wrong++
 				if wrong <= 3 {
 					t.Errorf("%s is stored as %.40q, want it encrypted with %s", k, v, key)
@@ -196,9 +197,15 @@ func TestOperator_EncryptionKeyRotationFailsNoRequestAndIsProvenInEtcd(t *testin
 		t.Fatal(err)
 	}
 	config := string(secret.Data[apiserver.EncryptionConfigKey])
-	if strings.Contains(config, "name: key-1") || !strings.Contains(config, "name: key-2") || strings.Contains(string(secret.Data[apiserver.EncryptionKeysKey]), `"key-1"`) {
+	if strings.Contains(config, "name: key-1") || !strings.Contains(config, "name: key-2") || strings.Contains(string(secret.Data[apiserver.EncryptionKeysKey]), `"key-1-`) {
 		t.Errorf("after the rotation the configuration is\n%s", config)
 	}
+	written.Range(func(name, _ any) bool {
+		if _, err := tenant.CoreV1().ConfigMaps("default").Get(ctx, name.(string), metav1.GetOptions{}); err != nil {
+			t.Errorf("ConfigMap %s written during the rotation: %v", name, err)
+		}
+		return true
+	})
 	cond := waitEncrypted(t, c, cfg, time.Minute)
 	if !strings.Contains(cond.Message, "key-2") {
 		t.Errorf("Encrypted says %q", cond.Message)
