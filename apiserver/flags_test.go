@@ -122,6 +122,8 @@ func TestArgs_PassTheAutomatedCISChecks(t *testing.T) {
 		{"1.2.24", "--tls-cert-file and --tls-private-key-file are set", func() bool { return set("tls-cert-file")() && set("tls-private-key-file")() }},
 		{"1.2.25", "--client-ca-file is set", set("client-ca-file")},
 		{"1.2.26", "--etcd-cafile is set", set("etcd-cafile")},
+		// 1.2.28, the providers in that file, is TestDefaultEncryption_PassesCIS.
+		{"1.2.27", "--encryption-provider-config is set", set("encryption-provider-config")},
 		{"1.2.29", "--tls-cipher-suites holds only AES-GCM and ChaCha20 suites", func() bool {
 			v, ok := value("tls-cipher-suites")
 			if !ok {
