@@ -38,7 +38,9 @@ func TestOperator_WrongSpecsAreRefusedAtApplyAndCreateNothing(t *testing.T) {
 		{"negative-duration", "spec.extraArgs[0].value", "--livez-grace-period can not be a negative value", arg("livez-grace-period", "-1s")},
 		{"audit-format", "spec.extraArgs[0].value", "invalid audit log format", arg("audit-log-format", "xml")},
 		{"admission-control", "spec.extraArgs[0].value", "mutually exclusive", arg("admission-control", "NamespaceLifecycle")},
-		{"reload-without-encryption", "spec.extraArgs[0].value", "must be set with --encryption-provider-config", arg("encryption-provider-config-automatic-reload", "true")},
+		// Two flags that only conflict together (encryption, which the
+		// reload flag needed, is now on by default).
+		{"lease-under-deadline", "spec.extraArgs[0].value", "must be greater than --coordinated-leadership-renew-deadline", arg("coordinated-leadership-lease-duration", "5s")},
 		{"image-policy", "spec.admission.enablePlugins", `couldn't init admission plugin "ImagePolicyWebhook"`, func(cfg *v1alpha1.ApiServerConfig) {
 			cfg.Spec.Admission.EnablePlugins = []string{"ImagePolicyWebhook"}
 		}},
