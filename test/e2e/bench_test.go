@@ -223,6 +223,16 @@ func handArgs(b testing.TB, c client.Client, d *appsv1.Deployment, dir string) (
 		if err := os.MkdirAll(root, 0o700); err != nil {
 			b.Fatal(err)
 		}
+		if v.Secret != nil {
+			s := &corev1.Secret{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: v.Secret.SecretName}, s); err != nil {
+				b.Fatal(err)
+			}
+			for _, item := range v.Secret.Items {
+				write(filepath.Join(root, item.Path), s.Data[item.Key])
+			}
+			continue
+		}
 		if v.Projected == nil {
 			continue // the audit log's emptyDir
 		}
