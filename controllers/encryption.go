@@ -222,6 +222,7 @@ func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *
 		return err
 	}
 	var tenant TenantAPI
+	var served map[schema.GroupResource]TenantResource
 	others := map[schema.GroupResource]string{}
 	if needsDiscovery(catalog, e.keys) {
 		if hibernated {
@@ -231,8 +232,7 @@ func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *
 		if tenant, err = r.tenants()(ctx, p); err != nil {
 			return err
 		}
-		served, err := tenant.Resources(ctx)
-		if err != nil {
+		if served, err = tenant.Resources(ctx); err != nil {
 			return fmt.Errorf("proving the re-encryption needs every resource the tenant serves: %w", err)
 		}
 		for gr, res := range served {
@@ -270,7 +270,13 @@ func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *
 			return err
 		}
 	}
-	rewritten, failed := r.rewrite(ctx, p, tenant, stale)
+	if served == nil {
+		// A group whose discovery failed is enough to rewrite the others.
+		if served, err = tenant.Resources(ctx); len(served) == 0 {
+			return fmt.Errorf("re-encrypting: the tenant's API lists no resource to rewrite: %w", err)
+		}
+	}
+	rewritten, failed := r.rewrite(ctx, p, tenant, served, stale)
 	e.progress = fmt.Sprintf("re-encrypting with %s: %d stored values still carry an older key or none, %d rewritten in this pass", e.keys.Current.Key.Name, total-rewritten, rewritten)
 	if failed != nil {
 		e.progress += "; failed: " + failed.Error()
@@ -399,11 +405,7 @@ const rewriteWorkers = 4
 // rewrite writes the stale objects back through the tenant's API, paced,
 // for at most reencryptSlice. It returns how many it rewrote and the first
 // failures (a failure does not stop the others: the next pass retries).
-func (r *ApiServerConfigReconciler) rewrite(ctx context.Context, p *pass, tenant TenantAPI, stale []staleValue) (int, error) {
-	served, err := tenant.Resources(ctx)
-	if err != nil && len(served) == 0 {
-		return 0, err
-	}
+func (r *ApiServerConfigReconciler) rewrite(ctx context.Context, p *pass, tenant TenantAPI, served map[schema.GroupResource]TenantResource, stale []staleValue) (int, error) {
 	limiter := rate.NewLimiter(rate.Limit(rewritesPerSecond(p.c.Spec.Encryption)), rewriteWorkers)
 	ctx, cancel := context.WithTimeout(ctx, reencryptSlice)
 	defer cancel()

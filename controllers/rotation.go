@@ -212,10 +212,14 @@ func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *p
 	}
 	p.cfg.Status.Rotations = statuses
 	p.obs.encryption = p.encryptionObservation()
-	// A proof records when it held, even when the rotation rests.
-	encryptionChanged, err := p.publishEncryption()
-	if err != nil {
-		return err
+	// Only a move or a proof changes the encryption material (a proof
+	// records when it held).
+	encryptionChanged := false
+	if moved || (p.enc != nil && p.enc.proven) {
+		var err error
+		if encryptionChanged, err = p.publishEncryption(); err != nil {
+			return err
+		}
 	}
 	if encryptionChanged {
 		if err := r.apply(ctx, p.cfg, p.encryption, true); err != nil {

@@ -7,13 +7,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -40,28 +36,9 @@ func BenchmarkTenantEncryptionRotation(b *testing.B) {
 		cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: v1alpha1.EncryptionSecretbox, RewritesPerSecond: ptrTo[int32](10000)}
 	})
 	defer removeTenant(b, c, cfg)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 16 {
-				_, err := tenant.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%d", i)},
-					Data: map[string][]byte{"value": []byte(fmt.Sprintf("secret number %d", i))}}, metav1.CreateOptions{})
-				if err != nil && !apierrors.IsAlreadyExists(err) {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatalf("creating %d Secrets: %v", n, err)
-	}
+	createSecrets(b, tenant, n, func(i int) (string, []byte) {
+		return fmt.Sprintf("bench-%d", i), []byte(fmt.Sprintf("secret number %d", i))
+	})
 
 	var throughput, total float64
 	for i := range b.N {

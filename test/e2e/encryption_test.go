@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/transport"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -95,6 +96,34 @@ func waitEncrypted(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig,
 	return nil
 }
 
+// createSecrets creates n Secrets in default, 16 at a time, named and
+// filled by secret(i); existing ones are kept.
+func createSecrets(t testing.TB, tenant *kubernetes.Clientset, n int, secret func(i int) (string, []byte)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				name, value := secret(i)
+				_, err := tenant.CoreV1().Secrets("default").Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name},
+					Data: map[string][]byte{"value": value}}, metav1.CreateOptions{})
+				if err != nil && !apierrors.IsAlreadyExists(err) {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("creating %d Secrets: %v", n, err)
+	}
+}
+
 // Scenario: a default tenant stores its Secrets and ConfigMaps encrypted;
 // a rotation of the key under a client loop that reads and writes fails no
 // request, rewrites every stored value with the new key (proven in etcd)
@@ -109,26 +138,7 @@ func TestOperator_EncryptionKeyRotationFailsNoRequestAndIsProvenInEtcd(t *testin
 	const n = 300
 	plain := []byte("plain-text-that-must-not-reach-etcd")
 	content := func(i int) []byte { return append(append([]byte{}, plain...), fmt.Sprint(i)...) }
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for w := range 10 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 10 {
-				_, err := tenant.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s-%d", i)},
-					Data: map[string][]byte{"value": content(i)}}, metav1.CreateOptions{})
-				if err != nil && !apierrors.IsAlreadyExists(err) {
-					errs <- err
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("creating the Secrets: %v", err)
-	}
+	createSecrets(t, tenant, n, func(i int) (string, []byte) { return fmt.Sprintf("s-%d", i), content(i) })
 	assertEncryptedWith(t, cfg, "key-1", plain)
 
 	// Clients read the Secrets and write ConfigMaps and Secrets all along.
