@@ -1,11 +1,14 @@
 # apiserver-operator Makefile, in the kubebuilder v4 shape.
 
-# Versions of everything built into bin/. The bundled kube-apiserver, etcd and
-# kubectl come from apiserver/bundled/go.mod; change the versions there and here
-# together (make verify checks that they agree).
-KUBE_VERSION ?= v1.37.1
-# The time of the upstream tag, from the module proxy: keeps builds reproducible.
-KUBE_BUILD_DATE ?= 2026-09-23T17:06:22Z
+# Versions of everything built into bin/. The bundled kube-apiserver versions
+# are listed in apiserver/bundled/versions (oldest first, the last is the
+# default); each builds from its own module file there (see modfile below).
+BUNDLED_DIR := apiserver/bundled
+VERSIONS_FILE := $(BUNDLED_DIR)/versions
+KUBE_VERSIONS := $(shell awk '!/^\#/ && NF { print $$1 }' $(VERSIONS_FILE))
+# The newest bundled version: the default of spec.version, and the version of
+# the tools built from go.mod (kubectl, the local cluster's components).
+KUBE_VERSION := $(lastword $(KUBE_VERSIONS))
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.7.1
 GOLANGCI_LINT_VERSION ?= v2.15.0
@@ -14,28 +17,35 @@ SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
 LOCALBIN ?= $(shell pwd)/bin
-BUNDLED_DIR := apiserver/bundled
 BUNDLED_DEPS := $(BUNDLED_DIR)/go.mod $(BUNDLED_DIR)/go.sum
 
 # Tools carry their version in their name, so that a version bump rebuilds them.
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# The kube-apiserver of the default version, where envtest looks for it.
 KUBE_APISERVER ?= $(LOCALBIN)/kube-apiserver
 ETCD ?= $(LOCALBIN)/etcd
 KUBECTL ?= $(LOCALBIN)/kubectl
-# The bundled version's own validation code (apiserver/upstream), named by
-# version: admission runs the one of the spec's version.
-KUBE_VALIDATOR ?= $(LOCALBIN)/kube-apiserver-validator-$(KUBE_VERSION)
+# Every bundled version's kube-apiserver and its own validation code
+# (apiserver/upstream), named by version: admission runs the one of the
+# spec's version.
+KUBE_APISERVERS := $(foreach v,$(KUBE_VERSIONS),$(LOCALBIN)/kube-apiserver-$(v))
+KUBE_VALIDATORS := $(foreach v,$(KUBE_VERSIONS),$(LOCALBIN)/kube-apiserver-validator-$(v))
 
-KUBE_MAJOR := $(word 1,$(subst ., ,$(patsubst v%,%,$(KUBE_VERSION))))
-KUBE_MINOR := $(word 2,$(subst ., ,$(patsubst v%,%,$(KUBE_VERSION))))
+# modfile is the module file a version builds from: go.mod for the newest,
+# go.<version>.mod for the others.
+modfile = $(if $(filter $(1),$(KUBE_VERSION)),go.mod,go.$(1).mod)
+moddeps = $(BUNDLED_DIR)/$(call modfile,$(1)) $(BUNDLED_DIR)/$(patsubst %.mod,%.sum,$(call modfile,$(1)))
 # -X flags that make the binaries report the upstream version instead of
 # v0.0.0-master, both from component-base (--version, /version) and client-go
-# (kubectl's client version, user agents).
-KUBE_VERSION_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
-	-X $(pkg).gitVersion=$(KUBE_VERSION) -X $(pkg).gitMajor=$(KUBE_MAJOR) -X $(pkg).gitMinor=$(KUBE_MINOR) \
-	-X $(pkg).gitTreeState=clean -X $(pkg).buildDate=$(KUBE_BUILD_DATE))
+# (kubectl's client version, user agents); the build date is the tag's.
+build-date = $(shell awk '$$1 == "$(1)" { print $$2 }' $(VERSIONS_FILE))
+version-ldflags = $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(pkg).gitVersion=$(1) -X $(pkg).gitMajor=$(word 1,$(subst ., ,$(patsubst v%,%,$(1)))) \
+	-X $(pkg).gitMinor=$(word 2,$(subst ., ,$(patsubst v%,%,$(1)))) \
+	-X $(pkg).gitTreeState=clean -X $(pkg).buildDate=$(call build-date,$(1)))
+KUBE_VERSION_LDFLAGS := $(call version-ldflags,$(KUBE_VERSION))
 # Static binaries, so that they run in scratch images as well as on the host.
 BUNDLED_GOENV := CGO_ENABLED=0 GOFLAGS=-trimpath
 
@@ -59,30 +69,45 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests into config/
 	go run ./hack/api-docs
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) catalogs ## Generate the deepcopy code of the API types and the catalogs of the bundled kube-apiserver.
+generate: $(CONTROLLER_GEN) catalogs ## Generate the deepcopy code, the list of bundled versions and the catalogs of every bundled kube-apiserver.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+	go run ./hack/versions-gen -versions $(VERSIONS_FILE)
 
-# What the bundled kube-apiserver accepts: its flags, feature gates and
+# What each bundled kube-apiserver accepts: its flags, feature gates and
 # admission plugins (read from its code), and the resources it serves (read
-# from a running instance). Validation checks users' input against them.
+# from a running instance). Validation checks users' input against the
+# catalogs of the spec's version.
 CATALOG_DIR := apiserver/catalog
-FLAG_CATALOG := $(CATALOG_DIR)/flags-$(KUBE_VERSION).json
-RESOURCE_CATALOG := $(CATALOG_DIR)/resources-$(KUBE_VERSION).json
+FLAG_CATALOGS := $(foreach v,$(KUBE_VERSIONS),$(CATALOG_DIR)/flags-$(v).json)
+RESOURCE_CATALOGS := $(foreach v,$(KUBE_VERSIONS),$(CATALOG_DIR)/resources-$(v).json)
 
 .PHONY: catalogs
-catalogs: $(FLAG_CATALOG) $(RESOURCE_CATALOG) ## Generate the catalogs of the bundled kube-apiserver.
+catalogs: $(FLAG_CATALOGS) $(RESOURCE_CATALOGS) ## Generate the catalogs of every bundled kube-apiserver.
 
-$(FLAG_CATALOG): $(BUNDLED_DEPS) $(BUNDLED_DIR)/cmd/flag-catalog/main.go
-	@echo "Generating $@ from the kube-apiserver $(KUBE_VERSION) sources"
-	cd $(BUNDLED_DIR) && go run -ldflags "$(KUBE_VERSION_LDFLAGS)" ./cmd/flag-catalog > $(abspath $@).tmp
-	mv $@.tmp $@
+# The rules of one bundled version: its kube-apiserver, its validator and
+# its catalogs. The etcd prefix of each resource comes from upstream's
+# storage factories of that version (built like the binaries, so that the
+# build cache is shared).
+define version-rules
+$(LOCALBIN)/kube-apiserver-$(1): $(call moddeps,$(1)) $(VERSIONS_FILE) | $(LOCALBIN)
+	@echo "Building kube-apiserver $(1) from source (about 4 minutes on 2 cores when cold)"
+	cd $(BUNDLED_DIR) && $(BUNDLED_GOENV) go build -modfile=$(call modfile,$(1)) -ldflags "-s -w $(call version-ldflags,$(1))" -o $$@ k8s.io/kubernetes/cmd/kube-apiserver
 
-# The etcd prefix of each resource comes from upstream's storage factories
-# (built like the binaries, so that the build cache is shared).
-$(RESOURCE_CATALOG): $(KUBE_APISERVER) $(ETCD) hack/resource-catalog/main.go $(BUNDLED_DIR)/cmd/storage-prefixes/main.go
-	@echo "Generating $@ from a running bin/kube-apiserver and the $(KUBE_VERSION) storage factories"
-	go run ./hack/resource-catalog | (cd $(BUNDLED_DIR) && $(BUNDLED_GOENV) go run ./cmd/storage-prefixes) > $@.tmp
-	mv $@.tmp $@
+$(LOCALBIN)/kube-apiserver-validator-$(1): $(call moddeps,$(1)) $(VERSIONS_FILE) $(BUNDLED_DIR)/cmd/validator/main.go | $(LOCALBIN)
+	@echo "Building the kube-apiserver $(1) validator from source"
+	cd $(BUNDLED_DIR) && $(BUNDLED_GOENV) go build -modfile=$(call modfile,$(1)) -ldflags "-s -w $(call version-ldflags,$(1))" -o $$@ ./cmd/validator
+
+$(CATALOG_DIR)/flags-$(1).json: $(call moddeps,$(1)) $(BUNDLED_DIR)/cmd/flag-catalog/main.go
+	@echo "Generating $$@ from the kube-apiserver $(1) sources"
+	cd $(BUNDLED_DIR) && go run -modfile=$(call modfile,$(1)) -ldflags "$(call version-ldflags,$(1))" ./cmd/flag-catalog > $$(abspath $$@).tmp
+	mv $$@.tmp $$@
+
+$(CATALOG_DIR)/resources-$(1).json: $(LOCALBIN)/kube-apiserver-$(1) $(ETCD) hack/resource-catalog/main.go $(BUNDLED_DIR)/cmd/storage-prefixes/main.go
+	@echo "Generating $$@ from a running kube-apiserver $(1) and its storage factories"
+	go run ./hack/resource-catalog -kube-apiserver $(LOCALBIN)/kube-apiserver-$(1) | (cd $(BUNDLED_DIR) && $(BUNDLED_GOENV) go run -modfile=$(call modfile,$(1)) ./cmd/storage-prefixes) > $$@.tmp
+	mv $$@.tmp $$@
+endef
+$(foreach v,$(KUBE_VERSIONS),$(eval $(call version-rules,$(v))))
 
 .PHONY: fmt
 fmt: ## Run go fmt on the operator's code.
@@ -108,7 +133,8 @@ fuzz-admission: manifests bundled ## Run the differential admission test on 10 0
 
 .PHONY: verify
 verify: manifests generate fmt ## Regenerate everything and fail if the tree changed.
-	@grep -q 'k8s.io/kubernetes $(KUBE_VERSION)' $(BUNDLED_DIR)/go.mod || { echo "KUBE_VERSION $(KUBE_VERSION) does not match $(BUNDLED_DIR)/go.mod"; exit 1; }
+	@for v in $(KUBE_VERSIONS); do m=$(BUNDLED_DIR)/go.$$v.mod; [ $$v = $(KUBE_VERSION) ] && m=$(BUNDLED_DIR)/go.mod; \
+		grep -q "k8s.io/kubernetes $$v\$$" $$m || { echo "$$m does not build k8s.io/kubernetes $$v, as $(VERSIONS_FILE) says"; exit 1; }; done
 	@git diff --exit-code -- api config controllers apiserver docs PROJECT || { echo "Generated files are stale: run make manifests generate fmt and commit the result"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config controllers apiserver docs)" || { git status --porcelain -- api config controllers apiserver docs; echo "Untracked generated files: commit them"; exit 1; }
 
@@ -123,15 +149,10 @@ run: manifests generate fmt vet ## Run the operator against the cluster of the c
 	go run ./main.go --webhooks=false
 
 .PHONY: bundled
-bundled: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(KUBE_VALIDATOR) ## Build the bundled kube-apiserver, its validator, etcd and kubectl into bin/.
+bundled: $(KUBE_APISERVER) $(KUBE_APISERVERS) $(ETCD) $(KUBECTL) $(KUBE_VALIDATORS) ## Build every bundled kube-apiserver, their validators, etcd and kubectl into bin/.
 
-$(KUBE_APISERVER): $(BUNDLED_DEPS) | $(LOCALBIN)
-	@echo "Building kube-apiserver $(KUBE_VERSION) from source (about 4 minutes on 2 cores when cold)"
-	cd $(BUNDLED_DIR) && $(BUNDLED_GOENV) go build -ldflags "-s -w $(KUBE_VERSION_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
-
-$(KUBE_VALIDATOR): $(BUNDLED_DEPS) $(BUNDLED_DIR)/cmd/validator/main.go | $(LOCALBIN)
-	@echo "Building the kube-apiserver $(KUBE_VERSION) validator from source"
-	cd $(BUNDLED_DIR) && $(BUNDLED_GOENV) go build -ldflags "-s -w $(KUBE_VERSION_LDFLAGS)" -o $@ ./cmd/validator
+$(KUBE_APISERVER): $(LOCALBIN)/kube-apiserver-$(KUBE_VERSION)
+	ln -sf $(notdir $<) $@
 
 $(KUBECTL): $(BUNDLED_DEPS) | $(LOCALBIN)
 	@echo "Building kubectl $(KUBE_VERSION) from source"

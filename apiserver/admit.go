@@ -34,7 +34,8 @@ type Admission struct {
 func (a Admission) Admit(ctx context.Context, old, cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
 	errs, warnings := Validate(cfg)
 	if old != nil {
-		errs = append(errs, ValidateUpdate(old, cfg)...)
+		// An upgrade's "removed in" replaces "unknown" on the same field.
+		errs = replaceByField(errs, ValidateUpdate(old, cfg))
 	}
 	if len(errs) > 0 {
 		return errs, warnings
@@ -51,7 +52,7 @@ func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) fie
 	if err != nil {
 		return field.ErrorList{field.Invalid(specPath, "", err.Error())}
 	}
-	version := c.Spec.Version
+	version := a.judgeVersion(c)
 	if a.Validator == nil || !a.Validator.Has(version) {
 		if c.Catalog == nil {
 			// Not a bundled version: there is no code of it to run. The
@@ -86,6 +87,16 @@ func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) fie
 	return append(errs, a.placeByElimination(ctx, cfg, c, unplaced)...)
 }
 
+// judgeVersion is the version whose code judges c: spec.version, or, for
+// another patch release of a bundled minor (spec.image), that bundled
+// version, since flags, gates and validation change between minors.
+func (a Admission) judgeVersion(c *Completed) string {
+	if a.Validator != nil && !a.Validator.Has(c.Spec.Version) && c.Catalog != nil {
+		return c.Catalog.Version
+	}
+	return c.Spec.Version
+}
+
 // maxEliminations bounds the extra judgements spent on placing a problem
 // whose message names no flag.
 const maxEliminations = 6
@@ -107,7 +118,7 @@ func (a Admission) placeByElimination(ctx context.Context, cfg *v1alpha1.ApiServ
 		if err != nil {
 			continue
 		}
-		res, err := a.Validator.Validate(ctx, wc.Spec.Version, req)
+		res, err := a.Validator.Validate(ctx, a.judgeVersion(wc), req)
 		if err != nil {
 			break
 		}

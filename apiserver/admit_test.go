@@ -22,8 +22,10 @@ func validators(t testing.TB) *upstream.Pool {
 		dir = filepath.Join("..", "bin")
 	}
 	pool := upstream.NewPool(dir)
-	if !pool.Has(v1alpha1.BundledVersion) {
-		t.Fatalf("no validator for %s in %s: run make bundled", v1alpha1.BundledVersion, dir)
+	for _, v := range v1alpha1.BundledVersions {
+		if !pool.Has(v) {
+			t.Fatalf("no validator for %s in %s: run make bundled", v, dir)
+		}
 	}
 	t.Cleanup(pool.Close)
 	return pool

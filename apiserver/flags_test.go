@@ -266,21 +266,30 @@ func TestArgs_VersionAware(t *testing.T) {
 }
 
 func TestArgs_EveryManagedFlagExistsInTheBundledBinary(t *testing.T) {
-	c := widestSpecs()[0]
-	if c.Catalog == nil {
-		t.Fatal("no catalog for the bundled version")
-	}
-	a, err := Args(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, arg := range a {
-		name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
-		f, ok := c.Catalog.Flags[name]
-		if !ok {
-			t.Errorf("--%s is rendered but kube-apiserver %s has no such flag", name, c.Catalog.Version)
-		} else if f.Deprecated != "" && name != "apiserver-count" {
-			t.Errorf("--%s is rendered but deprecated: %s", name, f.Deprecated)
+	bundled := 0
+	for _, c := range widestSpecs() {
+		if !IsBundled(c.Spec.Version) {
+			continue
 		}
+		bundled++
+		if c.Catalog == nil {
+			t.Fatalf("no catalog for the bundled version %s", c.Spec.Version)
+		}
+		a, err := Args(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, arg := range a {
+			name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+			f, ok := c.Catalog.Flags[name]
+			if !ok {
+				t.Errorf("--%s is rendered but kube-apiserver %s has no such flag", name, c.Catalog.Version)
+			} else if f.Deprecated != "" && name != "apiserver-count" {
+				t.Errorf("--%s is rendered for %s but deprecated: %s", name, c.Catalog.Version, f.Deprecated)
+			}
+		}
+	}
+	if bundled != len(v1alpha1.BundledVersions) {
+		t.Errorf("checked %d bundled versions, want all %d", bundled, len(v1alpha1.BundledVersions))
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	utilversion "k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
@@ -134,8 +133,10 @@ func encryptionSwitchPolicy(old, cur *v1alpha1.EncryptionSpec, path *field.Path)
 // ValidateUpdate refuses changes that kube-apiserver would start with but
 // never carry out, or that lose data: moving etcd.prefix (every stored
 // object is left behind), changing or dropping the secondary service range
-// (kube-apiserver keeps the one it started with and only logs), and
-// skipping a minor version (upstream supports one minor at a time).
+// (kube-apiserver keeps the one it started with and only logs), a
+// downgrade or a skipped minor version (upstream supports one minor at a
+// time, upwards), and an upgrade to a minor that removed something the
+// spec uses.
 func ValidateUpdate(old, cfg *v1alpha1.ApiServerConfig) field.ErrorList {
 	oldSpec, spec := old.Spec.DeepCopy(), cfg.Spec.DeepCopy()
 	SetDefaults(oldSpec)
@@ -158,12 +159,7 @@ func ValidateUpdate(old, cfg *v1alpha1.ApiServerConfig) field.ErrorList {
 		}
 	}
 	errs = append(errs, encryptionSwitchPolicy(oldSpec.Encryption, spec.Encryption, specPath.Child("encryption"))...)
-	oldV, err1 := utilversion.ParseSemantic(oldSpec.Version)
-	newV, err2 := utilversion.ParseSemantic(spec.Version)
-	if err1 == nil && err2 == nil && newV.Major() == oldV.Major() && newV.Minor() > oldV.Minor()+1 {
-		errs = append(errs, field.Forbidden(specPath.Child("version"), fmt.Sprintf(
-			"%s to %s skips a minor version: kube-apiserver upgrades one minor at a time (to v%d.%d first)",
-			oldSpec.Version, spec.Version, oldV.Major(), oldV.Minor()+1)))
-	}
+	errs = append(errs, versionChangePolicy(oldSpec.Version, spec.Version, specPath.Child("version"))...)
+	errs = append(errs, upgradePolicy(oldSpec, spec)...)
 	return errs
 }

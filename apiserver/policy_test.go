@@ -88,7 +88,39 @@ func TestValidateUpdate(t *testing.T) {
 		{"a patch up", func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.0" },
 			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "", ""},
 		{"a skipped minor", func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.35.2" },
-			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "spec.version", "skips a minor version"},
+			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "spec.version", "skips a minor version: kube-apiserver upgrades one minor at a time, to v1.36.4 first"},
+		{"a patch down", nil,
+			func(s *v1alpha1.ApiServerConfigSpec) {
+				s.Version, s.Image = "v1.37.0", "registry.example.com/kube-apiserver:v1.37.0"
+			}, "spec.version", "v1.37.1 to v1.37.0 is a downgrade"},
+		{"a minor down", nil,
+			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.36.4" }, "spec.version", "v1.37.1 to v1.36.4 is a downgrade"},
+		{"a major up", func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" },
+			func(s *v1alpha1.ApiServerConfigSpec) {
+				s.Version, s.Image = "v2.0.0", "registry.example.com/kube-apiserver:v2.0.0"
+			}, "spec.version", "skips a minor version"},
+		{"upgrading with a feature gate the target removed", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Version, s.FeatureGates = "v1.36.4", map[string]bool{"SidecarContainers": true}
+		}, func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" },
+			"spec.featureGates[SidecarContainers]", "the feature gate SidecarContainers was removed in kube-apiserver v1.37.1 (v1.36.4 has it)"},
+		{"upgrading with a feature gate the target locked", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Version, s.FeatureGates = "v1.36.4", map[string]bool{"HostnameOverride": false}
+		}, func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" },
+			"spec.featureGates[HostnameOverride]", "HostnameOverride is locked to true in kube-apiserver v1.37.1"},
+		{"upgrading with a gate set to the target's locked value", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Version, s.FeatureGates = "v1.36.4", map[string]bool{"HostnameOverride": true}
+		}, func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "", ""},
+		{"upgrading with an admission plugin the target removed", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Version, s.Admission.DisablePlugins = "v1.36.4", []string{"JobValidation"}
+		}, func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" },
+			"spec.admission.disablePlugins[0]", "the admission plugin JobValidation was removed in kube-apiserver v1.37.1"},
+		{"upgrading with an API version the target removed", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Version, s.RuntimeConfig = "v1.36.4", map[string]string{"networking.k8s.io/v1beta1": "true"}
+		}, func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" },
+			"spec.runtimeConfig[networking.k8s.io/v1beta1]", "the API networking.k8s.io/v1beta1 was removed in kube-apiserver v1.37.1"},
+		{"taking out what the target removed with the upgrade", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Version, s.FeatureGates = "v1.36.4", map[string]bool{"SidecarContainers": true}
+		}, func(s *v1alpha1.ApiServerConfigSpec) { s.Version, s.FeatureGates = "v1.37.1", nil }, "", ""},
 		{"the operator's key to your own configuration", nil,
 			func(s *v1alpha1.ApiServerConfigSpec) {
 				s.Encryption = &v1alpha1.EncryptionSpec{ConfigSecretName: "mine"}

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -37,6 +38,7 @@ func Validate(cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
 		errs = append(errs, field.Invalid(specPath.Child("version"), spec.Version,
 			fmt.Sprintf("the operator runs kube-apiserver %s or later", MinimumVersion)))
 	}
+	errs = append(errs, versionPolicy(cfg, spec.Version, specPath.Child("version"))...)
 	catalog, err := CatalogFor(v)
 	if err != nil {
 		return append(errs, field.InternalError(specPath.Child("version"), err)), nil
@@ -190,9 +192,9 @@ func validatePlugins(plugins []string, catalog *Catalog, path *field.Path) field
 // operator may set.
 func widestSpecs() []*Completed {
 	var out []*Completed
-	// The bundled version takes authentication from a file; v1.23 still has
+	// The bundled versions take authentication from a file; v1.23 still has
 	// the OIDC flags and --target-ram-mb.
-	for _, version := range []string{v1alpha1.BundledVersion, "v1.23.0"} {
+	for _, version := range append(slices.Clone(v1alpha1.BundledVersions), "v1.23.0") {
 		cfg := &v1alpha1.ApiServerConfig{
 			ObjectMeta: metav1.ObjectMeta{Name: "widest", Namespace: "widest"},
 			Spec: v1alpha1.ApiServerConfigSpec{

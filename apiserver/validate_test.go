@@ -104,10 +104,10 @@ func TestValidate(t *testing.T) {
 	}, {
 		name: "another minor is checked by syntax only, with a warning",
 		mutate: func(s *v1alpha1.ApiServerConfigSpec) {
-			s.Version, s.Image = "v1.36.3", "registry.example.com/kube-apiserver:v1.36.3"
+			s.Version, s.Image = "v1.35.3", "registry.example.com/kube-apiserver:v1.35.3"
 			s.FeatureGates = map[string]bool{"SomethingNew": true}
 		},
-		warning: "no catalog of kube-apiserver v1.36.3",
+		warning: "no catalog of kube-apiserver v1.35.3",
 	}, {
 		name: "removed flags are refused for other versions too",
 		mutate: func(s *v1alpha1.ApiServerConfigSpec) {

@@ -4,14 +4,14 @@
 # committed; test/bundle runs operator-framework's validators on them and
 # checks that they still match config/.
 # Included at the end of the Makefile, so its variables (KUSTOMIZE,
-# KUBE_VERSION) are visible here.
+# KUBE_VERSIONS) are visible here.
 
 BUNDLE_VERSION ?= 0.1.0
 BUNDLE_CHANNELS ?= alpha
 BUNDLE_DEFAULT_CHANNEL ?= alpha
-# The kube-apiserver image the operator deploys (its --apiserver-image-repository
-# and the bundled version), listed in the CSV's relatedImages for mirroring.
-BUNDLE_APISERVER_IMAGE ?= localhost/apiserver-operator/kube-apiserver:$(KUBE_VERSION)
+# The kube-apiserver images the operator deploys (its --apiserver-image-repository
+# and each bundled version), listed in the CSV's relatedImages for mirroring.
+BUNDLE_APISERVER_REPOSITORY ?= localhost/apiserver-operator/kube-apiserver
 
 ##@ OLM bundle
 
@@ -19,7 +19,7 @@ BUNDLE_APISERVER_IMAGE ?= localhost/apiserver-operator/kube-apiserver:$(KUBE_VER
 bundle: manifests $(KUSTOMIZE) ## Regenerate the OLM bundle in bundle/ and bundle.Dockerfile from config/.
 	$(KUSTOMIZE) build config/manifests | go run ./hack/bundle-gen \
 		-version $(BUNDLE_VERSION) -channels $(BUNDLE_CHANNELS) -default-channel $(BUNDLE_DEFAULT_CHANNEL) \
-		-related-image kube-apiserver=$(BUNDLE_APISERVER_IMAGE) \
+		$(foreach v,$(KUBE_VERSIONS),-related-image kube-apiserver-$(subst .,-,$(v))=$(BUNDLE_APISERVER_REPOSITORY):$(v)) \
 		-output-dir bundle -dockerfile bundle.Dockerfile
 	go test ./test/bundle/ -count=1
 

@@ -17,8 +17,10 @@ KUBE_NODE_BINARIES := $(addprefix $(LOCALBIN)/,kube-controller-manager kube-sche
 CONTAINERD_BINARIES := $(addprefix $(LOCALBIN)/,containerd containerd-shim-runc-v2 ctr)
 PAUSE := $(LOCALBIN)/pause
 LOCALCLUSTER := $(LOCALBIN)/localcluster
-IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/kube-apiserver.tar $(IMAGES_DIR)/operator.tar
-LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES)
+# One kube-apiserver image per bundled version, tagged with it.
+APISERVER_IMAGE_TARBALLS := $(foreach v,$(KUBE_VERSIONS),$(IMAGES_DIR)/kube-apiserver-$(v).tar)
+IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/operator.tar
+LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(KUBE_APISERVERS) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES)
 LOCALCLUSTER_SOURCES := $(shell find test/localcluster -name '*.go' -not -path '*/tools/*' 2>/dev/null) go.mod go.sum
 
 CONTAINERD_LDFLAGS := -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION) \
@@ -50,9 +52,9 @@ IMAGE_WRITER_SOURCES := test/localcluster/image/image.go
 $(IMAGES_DIR)/pause.tar: $(PAUSE) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/pause:local --file $(PAUSE):/pause --entrypoint /pause --output $@
 
-$(IMAGES_DIR)/kube-apiserver.tar: $(KUBE_APISERVER) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
-	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/kube-apiserver:$(KUBE_VERSION) \
-		--file $(KUBE_APISERVER):/usr/local/bin/kube-apiserver --entrypoint /usr/local/bin/kube-apiserver --output $@
+$(APISERVER_IMAGE_TARBALLS): $(IMAGES_DIR)/kube-apiserver-%.tar: $(LOCALBIN)/kube-apiserver-% $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/kube-apiserver:$* \
+		--file $<:/usr/local/bin/kube-apiserver --entrypoint /usr/local/bin/kube-apiserver --output $@
 
 # The operator image: the manager built static, as config/manager expects it.
 OPERATOR_IMAGE ?= localhost/apiserver-operator/manager:dev
@@ -62,9 +64,9 @@ $(LOCALBIN)/manager-static: $(OPERATOR_SOURCES) | $(LOCALBIN)
 	$(BUNDLED_GOENV) go build -ldflags "-s -w" -o $@ .
 
 # The validators sit beside /manager, where --validator-dir looks by default.
-$(IMAGES_DIR)/operator.tar: $(LOCALBIN)/manager-static $(KUBE_VALIDATOR) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
+$(IMAGES_DIR)/operator.tar: $(LOCALBIN)/manager-static $(KUBE_VALIDATORS) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag $(OPERATOR_IMAGE) --file $(LOCALBIN)/manager-static:/manager \
-		--file $(KUBE_VALIDATOR):/$(notdir $(KUBE_VALIDATOR)) --entrypoint /manager --output $@
+		$(foreach f,$(KUBE_VALIDATORS),--file $(f):/$(notdir $(f))) --entrypoint /manager --output $@
 
 .PHONY: cluster-up
 cluster-up: localcluster-binaries ## Start the local one-node cluster (idempotent); prints its kubeconfig.
@@ -124,7 +126,7 @@ local-down: cluster-down ## Stop the local cluster and remove everything local-u
 ##@ Images
 
 .PHONY: images
-images: $(IMAGES_DIR)/operator.tar $(IMAGES_DIR)/kube-apiserver.tar ## Write the operator and bundled kube-apiserver images as OCI tarballs into bin/images (no Docker).
+images: $(IMAGES_DIR)/operator.tar $(APISERVER_IMAGE_TARBALLS) ## Write the operator and every bundled kube-apiserver image as OCI tarballs into bin/images (no Docker).
 
 # REGISTRY is where image-push sends the images, such as
 # registry.example.com/platform; INSECURE=1 allows a plain-HTTP registry.
@@ -134,4 +136,6 @@ IMAGE_TAG ?= dev
 image-push: images ## Push the images to $(REGISTRY): make image-push REGISTRY=registry.example.com/platform
 	@test -n "$(REGISTRY)" || { echo "Set REGISTRY, for example make image-push REGISTRY=registry.example.com/platform"; exit 1; }
 	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/operator.tar --ref $(REGISTRY)/apiserver-operator/manager:$(IMAGE_TAG) $(if $(INSECURE),--insecure)
-	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/kube-apiserver.tar --ref $(REGISTRY)/apiserver-operator/kube-apiserver:$(KUBE_VERSION) $(if $(INSECURE),--insecure)
+	for v in $(KUBE_VERSIONS); do \
+		$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/kube-apiserver-$$v.tar --ref $(REGISTRY)/apiserver-operator/kube-apiserver:$$v $(if $(INSECURE),--insecure); \
+	done

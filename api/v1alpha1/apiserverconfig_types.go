@@ -5,16 +5,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// BundledVersion is the kube-apiserver version built into the operator's
-// bundled image; it is the default of spec.version.
-const BundledVersion = "v1.37.1"
-
 // ApiServerConfigSpec is the desired state of a kube-apiserver deployment. Its
 // fields follow kube-apiserver's ServerRunOptions; whatever is not typed here
 // can be passed through extraArgs.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.serving) || !has(self.serving.tls) || !has(self.serving.tls.cipherSuites) || size(self.serving.tls.cipherSuites) == 0 || (has(self.certificates) && has(self.certificates.keyAlgorithm) && self.certificates.keyAlgorithm != 'ECDSAP256' ? self.serving.tls.cipherSuites.exists(c, c.startsWith('TLS_ECDHE_RSA_')) : self.serving.tls.cipherSuites.exists(c, c.startsWith('TLS_ECDHE_ECDSA_')))",fieldPath=".serving.tls.cipherSuites",message="cipherSuites must include at least one suite that matches the serving key (TLS_ECDHE_ECDSA_* for ECDSAP256, TLS_ECDHE_RSA_* for RSA keys), or TLS 1.2 clients cannot connect"
-// +kubebuilder:validation:XValidation:rule="!has(self.version) || self.version == 'v1.37.1' || has(self.image)",fieldPath=".image",message="image is required when version is not the bundled v1.37.1: the operator ships no other kube-apiserver image"
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || self.version in ['v1.36.4', 'v1.37.1'] || has(self.image)",fieldPath=".version",messageExpression="self.version + ' is not a bundled version (v1.36.4, v1.37.1): choose one of them, or set image to a kube-apiserver image of this version'"
 // +kubebuilder:validation:XValidation:rule="!has(self.authorization) || !has(self.authorization.modes) || !('Webhook' in self.authorization.modes) || has(self.authorization.webhook)",fieldPath=".authorization.webhook",message="webhook is required when authorization.modes contains Webhook"
 // +kubebuilder:validation:XValidation:rule="!has(self.authorization) || !has(self.authorization.webhook) || (has(self.authorization.modes) && 'Webhook' in self.authorization.modes)",fieldPath=".authorization.modes",message="modes must contain Webhook when authorization.webhook is set"
 type ApiServerConfigSpec struct {

@@ -87,7 +87,7 @@ func TestApiServerConfig_RejectsInvalidSpecsAtAdmission(t *testing.T) {
 		// replicas, version, reconciler
 		{"negative masterCount", `{"spec":{"masterCount":-1}}`, "spec.masterCount", "greater than or equal to 0"},
 		{"unknown endpoint reconciler", `{"spec":{"endpointReconcilerType":"leases"}}`, "spec.endpointReconcilerType", "Unsupported value"},
-		{"other version without an image", `{"spec":{"version":"v1.38.0"}}`, "spec.image", "image is required when version is not the bundled v1.37.1"},
+		{"other version without an image", `{"spec":{"version":"v1.38.0"}}`, "spec.version", "v1.38.0 is not a bundled version (" + strings.Join(controlplanev1alpha1.BundledVersions, ", ") + ")"},
 		{"version without v prefix and patch", `{"spec":{"version":"1.37"}}`, "spec.version", "should match"},
 		// serving
 		{"secure port 0", `{"spec":{"serving":{"securePort":0}}}`, "spec.serving.securePort", "greater than or equal to 1"},

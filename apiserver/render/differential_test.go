@@ -44,11 +44,21 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 		}
 	}
 	opts := options(t)
-	catalog, err := apiserver.CatalogFor(utilversion.MustParseSemantic(v1alpha1.BundledVersion))
-	if err != nil || catalog == nil {
-		t.Fatalf("no catalog of the bundled version: %v", err)
+	// Each bundled version in turn, judged by its own code; gates and
+	// plugins are drawn from every version's catalog, so that what one
+	// version removed or added is tried on the other.
+	var catalogs []*apiserver.Catalog
+	for _, v := range v1alpha1.BundledVersions {
+		catalog, err := apiserver.CatalogFor(utilversion.MustParseSemantic(v))
+		if err != nil || catalog == nil {
+			t.Fatalf("no catalog of the bundled version %s: %v", v, err)
+		}
+		catalogs = append(catalogs, catalog)
 	}
-	gen := newGenerator(catalog)
+	gens := make([]*generator, len(catalogs))
+	for i, c := range catalogs {
+		gens[i] = newGenerator(c, catalogs)
+	}
 	seed := uint64(1)
 	if v := os.Getenv("ADMISSION_FUZZ_SEED"); v != "" {
 		seed, _ = strconv.ParseUint(v, 10, 64)
@@ -64,7 +74,7 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for s := range work {
-				if msg := checkOne(opts, gen, s, &admitted, &refused); msg != "" {
+				if msg := checkOne(opts, gens[s%uint64(len(gens))], s, &admitted, &refused); msg != "" {
 					mu.Lock()
 					failures = append(failures, msg)
 					mu.Unlock()
@@ -80,7 +90,7 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 	}
 	close(work)
 	wg.Wait()
-	t.Logf("%d specs: %d admitted, %d refused", n, admitted.Load(), refused.Load())
+	t.Logf("%d specs over %s: %d admitted, %d refused", n, strings.Join(v1alpha1.BundledVersions, ", "), admitted.Load(), refused.Load())
 	if admitted.Load() == 0 || refused.Load() == 0 {
 		t.Errorf("the generator is off: %d admitted, %d refused", admitted.Load(), refused.Load())
 	}
@@ -180,8 +190,9 @@ func serviceClusterIP(cfg *v1alpha1.ApiServerConfig) string {
 	return a.String()
 }
 
-// generator draws specs from what the bundled kube-apiserver knows, and
-// from what it does not.
+// generator draws specs of one bundled version from what its
+// kube-apiserver knows, and from what it does not (misspellings, and what
+// the other bundled versions have).
 type generator struct {
 	catalog   *apiserver.Catalog
 	flags     []string // not managed by the operator
@@ -190,7 +201,7 @@ type generator struct {
 	resources []string // resource.group, as encryption names them
 }
 
-func newGenerator(c *apiserver.Catalog) *generator {
+func newGenerator(c *apiserver.Catalog, all []*apiserver.Catalog) *generator {
 	g := &generator{catalog: c}
 	managed := apiserver.ManagedFlagFields()
 	for _, name := range c.FlagNames() {
@@ -198,10 +209,19 @@ func newGenerator(c *apiserver.Catalog) *generator {
 			g.flags = append(g.flags, name)
 		}
 	}
-	for name := range c.FeatureGates {
+	gates, plugins := map[string]bool{}, map[string]bool{}
+	for _, other := range all {
+		for name := range other.FeatureGates {
+			gates[name] = true
+		}
+		for name := range other.AdmissionPlugins {
+			plugins[name] = true
+		}
+	}
+	for name := range gates {
 		g.gates = append(g.gates, name)
 	}
-	for name := range c.AdmissionPlugins {
+	for name := range plugins {
 		g.plugins = append(g.plugins, name)
 	}
 	for gr := range c.Resources {
@@ -246,7 +266,8 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 	coin := func(p int) bool { return r.IntN(100) < p }
 	pick := func(vs []string) string { return vs[r.IntN(len(vs))] }
 	s := v1alpha1.ApiServerConfigSpec{
-		Etcd: v1alpha1.EtcdSpec{Servers: []string{"https://etcd-0:2379"}, Prefix: fmt.Sprintf("/tenants/t%d", r.IntN(100))},
+		Version: g.catalog.Version,
+		Etcd:    v1alpha1.EtcdSpec{Servers: []string{"https://etcd-0:2379"}, Prefix: fmt.Sprintf("/tenants/t%d", r.IntN(100))},
 		ServiceClusterIPRange: [][]string{
 			{"10.96.0.0/12"}, {"10.96.0.0/12"}, {"172.20.0.0/16", "fd00:20::/108"},
 			{"fd00:30::/112"}, {"fd00:30::/112", "10.30.0.0/16"}, {"10.40.0.0/16", "fd00:40::/48"},

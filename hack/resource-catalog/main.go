@@ -1,4 +1,5 @@
-// Command resource-catalog starts the bundled kube-apiserver (bin/) with every
+// Command resource-catalog starts a bundled kube-apiserver (-kube-apiserver,
+// with etcd from bin/) with every
 // API group and version enabled and prints, as JSON, the group/resources it
 // serves. The operator checks etcd overrides and watch-cache settings against
 // this list, since kube-apiserver silently ignores an unknown resource there.
@@ -7,6 +8,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,6 +41,8 @@ func main() {
 }
 
 func run() error {
+	apiserverBinary := flag.String("kube-apiserver", "", "the kube-apiserver binary to read (default: the one of KUBEBUILDER_ASSETS or bin/)")
+	flag.Parse()
 	bin := os.Getenv("KUBEBUILDER_ASSETS")
 	if bin == "" {
 		bin = "bin"
@@ -48,6 +52,13 @@ func run() error {
 		return err
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: bin}
+	binary := filepath.Join(bin, "kube-apiserver")
+	if *apiserverBinary != "" {
+		if binary, err = filepath.Abs(*apiserverBinary); err != nil {
+			return err
+		}
+	}
+	env.ControlPlane.GetAPIServer().Path = binary
 	// Serve every group and version the binary knows, alpha ones included,
 	// so the catalog lists every resource an etcd override could name.
 	env.ControlPlane.GetAPIServer().Configure().
@@ -55,7 +66,7 @@ func run() error {
 		Set("feature-gates", "AllAlpha=true,AllBeta=true")
 	cfg, err := env.Start()
 	if err != nil {
-		return fmt.Errorf("starting the bundled kube-apiserver from %s (run make bundled first): %w", bin, err)
+		return fmt.Errorf("starting the bundled kube-apiserver %s (run make bundled first): %w", binary, err)
 	}
 	defer func() { _ = env.Stop() }()
 
