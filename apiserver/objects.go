@@ -32,6 +32,10 @@ const (
 	// ConfigHashAnnotation on the pod template changes when anything that
 	// kube-apiserver reads only at start changes, which rolls the pods.
 	ConfigHashAnnotation = "controlplane.apiserver-operator.dev/config-hash"
+	// VersionAnnotation on the pod template names the kube-apiserver
+	// version its pods run, which an image (spec.image) does not always
+	// tell: status counts the apiservers of each version from it.
+	VersionAnnotation = "controlplane.apiserver-operator.dev/kube-apiserver-version"
 	// FieldOwner is the server-side apply field manager of every object
 	// the operator applies.
 	FieldOwner = "apiserver-operator"
@@ -382,7 +386,7 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      podLabels,
-					Annotations: map[string]string{ConfigHashAnnotation: configHash},
+					Annotations: map[string]string{ConfigHashAnnotation: configHash, VersionAnnotation: c.Spec.Version},
 				},
 				Spec: corev1.PodSpec{
 					Containers: []corev1.Container{container},

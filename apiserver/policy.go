@@ -159,7 +159,7 @@ func ValidateUpdate(old, cfg *v1alpha1.ApiServerConfig) field.ErrorList {
 		}
 	}
 	errs = append(errs, encryptionSwitchPolicy(oldSpec.Encryption, spec.Encryption, specPath.Child("encryption"))...)
-	errs = append(errs, versionChangePolicy(oldSpec.Version, spec.Version, specPath.Child("version"))...)
+	errs = append(errs, versionChangePolicy(oldSpec.Version, old.Status.Version, spec.Version, specPath.Child("version"))...)
 	errs = append(errs, upgradePolicy(oldSpec, spec)...)
 	return errs
 }

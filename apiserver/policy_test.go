@@ -146,6 +146,7 @@ func TestValidateUpdate(t *testing.T) {
 			if tc.old != nil {
 				tc.old(&old.Spec)
 			}
+
 			cfg := old.DeepCopy()
 			tc.new(&cfg.Spec)
 			expectRefusal(t, ValidateUpdate(old, cfg), tc.field, tc.message)

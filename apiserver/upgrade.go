@@ -37,28 +37,44 @@ func versionPolicy(cfg *v1alpha1.ApiServerConfig, version string, path *field.Pa
 }
 
 // versionChangePolicy refuses a downgrade (minor or patch) and a skipped
-// minor; any patch upwards is free.
-func versionChangePolicy(oldVersion, version string, path *field.Path) field.ErrorList {
+// minor; any patch upwards is free. ran is the version the apiservers
+// last ran (status.version), which is older than the old spec's while an
+// upgrade is recorded but not done (a hibernated tenant): the skip is
+// judged from it too, since the data is still that version's.
+func versionChangePolicy(oldVersion, ran, version string, path *field.Path) field.ErrorList {
 	oldV, err1 := utilversion.ParseSemantic(oldVersion)
 	newV, err2 := utilversion.ParseSemantic(version)
 	if err1 != nil || err2 != nil {
 		return nil // the syntax is the CRD's and Validate's to refuse
 	}
-	switch {
-	case newV.LessThan(oldV):
+	if newV.LessThan(oldV) {
 		return field.ErrorList{field.Forbidden(path, fmt.Sprintf(
 			"%s to %s is a downgrade: kube-apiserver cannot go back to an older version of the data it stored; keep %s or move forward (bundled: %s)",
 			oldVersion, version, oldVersion, strings.Join(v1alpha1.BundledVersions, ", ")))}
-	case newV.Major() != oldV.Major() || newV.Minor() > oldV.Minor()+1:
-		next := fmt.Sprintf("v%d.%d", oldV.Major(), oldV.Minor()+1)
-		if b := newestBundledOf(oldV.Major(), oldV.Minor()+1); b != "" {
-			next = b
-		}
+	}
+	if skipsMinor(oldV, newV) {
 		return field.ErrorList{field.Forbidden(path, fmt.Sprintf(
-			"%s to %s skips a minor version: kube-apiserver upgrades one minor at a time, to %s first",
-			oldVersion, version, next))}
+			"%s to %s skips a minor version: kube-apiserver upgrades one minor at a time, to %s first", oldVersion, version, nextMinor(oldV)))}
+	}
+	if ranV, err := utilversion.ParseSemantic(ran); err == nil && ran != oldVersion && skipsMinor(ranV, newV) {
+		return field.ErrorList{field.Forbidden(path, fmt.Sprintf(
+			"the apiservers last ran %s (the upgrade to %s has not happened yet: status.version), and %s to %s skips a minor version: set %s and let the tenant run it first",
+			ran, oldVersion, ran, version, nextMinor(ranV)))}
 	}
 	return nil
+}
+
+func skipsMinor(from, to *utilversion.Version) bool {
+	return to.Major() != from.Major() || to.Minor() > from.Minor()+1
+}
+
+// nextMinor is the version to upgrade v to: the newest bundled version of
+// the next minor, or just that minor.
+func nextMinor(v *utilversion.Version) string {
+	if b := newestBundledOf(v.Major(), v.Minor()+1); b != "" {
+		return b
+	}
+	return fmt.Sprintf("v%d.%d", v.Major(), v.Minor()+1)
 }
 
 // newestBundledOf is the newest bundled version of a minor, or "".

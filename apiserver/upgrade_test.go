@@ -101,3 +101,18 @@ func TestValidate_UnbundledVersionNeedsAnImage(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateUpdate_SkipIsJudgedFromWhatRan: a hibernated tenant keeps
+// the version it ran (status.version) while its recorded upgrade waits;
+// a second minor on top of that would skip one when it wakes.
+func TestValidateUpdate_SkipIsJudgedFromWhatRan(t *testing.T) {
+	old := tenant(func(cfg *v1alpha1.ApiServerConfig) {
+		cfg.Spec.Version, cfg.Spec.Image = "v1.36.4", ""
+		cfg.Status.Version = "v1.35.2"
+	})
+	cfg := old.DeepCopy()
+	cfg.Spec.Version = "v1.37.1"
+	expectRefusal(t, ValidateUpdate(old, cfg), "spec.version", "the apiservers last ran v1.35.2 (the upgrade to v1.36.4 has not happened yet")
+	old.Status.Version = "v1.36.4"
+	expectRefusal(t, ValidateUpdate(old, cfg), "", "")
+}

@@ -177,7 +177,8 @@ func TestApiServerConfigReconciler_CreatesEveryObjectAndReportsStatus(t *testing
 		return kp.Cert().VerifyHostname("kubernetes.default.svc.cluster.local")
 	})
 
-	// Status: reachable etcd, certificates, not yet Ready (no pod runs).
+	// Status: reachable etcd, certificates, not yet Ready and no version
+	// (no pod runs).
 	eventually(t, 20*time.Second, "status reports certificates, etcd and the endpoint", func() error {
 		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
 		for typ, want := range map[string]metav1.ConditionStatus{
@@ -189,7 +190,7 @@ func TestApiServerConfigReconciler_CreatesEveryObjectAndReportsStatus(t *testing
 				return fmt.Errorf("condition %s is %v, want %s", typ, c, want)
 			}
 		}
-		if got.Status.Endpoint != "https://alpha-apiserver."+ns+".svc:443" || got.Status.Selector == "" || got.Status.Version != v1alpha1.BundledVersion ||
+		if got.Status.Endpoint != "https://alpha-apiserver."+ns+".svc:443" || got.Status.Selector == "" || got.Status.Version != "" ||
 			got.Status.AdminKubeconfigSecretName != apiserver.AdminKubeconfigSecretName("alpha") || len(got.Status.Certificates) == 0 ||
 			got.Status.ObservedGeneration != got.Generation || !slices.Contains(got.Finalizers, Finalizer) {
 			return fmt.Errorf("status is incomplete: %+v", got.Status)
@@ -209,6 +210,9 @@ func TestApiServerConfigReconciler_CreatesEveryObjectAndReportsStatus(t *testing
 		}
 		if got.Status.ReadyReplicas != 1 || got.Status.Replicas != 1 {
 			return fmt.Errorf("replicas %d, ready %d", got.Status.Replicas, got.Status.ReadyReplicas)
+		}
+		if got.Status.Version != v1alpha1.BundledVersion {
+			return fmt.Errorf("status.version is %q, want %s", got.Status.Version, v1alpha1.BundledVersion)
 		}
 		return nil
 	})

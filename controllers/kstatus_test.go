@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -314,9 +315,13 @@ func TestApiServerConfigReconciler_ANewGenerationIsReconcilingBeforeSlowSteps(t 
 // updateTenant changes cfg's spec.
 func updateTenant(t *testing.T, cfg *v1alpha1.ApiServerConfig, change func(*v1alpha1.ApiServerConfigSpec)) {
 	t.Helper()
-	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-	change(&got.Spec)
-	if err := env.Client.Update(context.Background(), got); err != nil {
+	// As kubectl edit does: again on a conflict with a status write.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		change(&got.Spec)
+		return env.Client.Update(context.Background(), got)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }

@@ -261,6 +261,9 @@ func (r *ApiServerConfigReconciler) writeStatus(ctx context.Context, before, cfg
 			meta.FindStatusCondition(cfg.Status.Conditions, c.Type).LastTransitionTime = c.LastTransitionTime
 		}
 	}
+	if v := obs.versions; v.running != "" {
+		cfg.Status.Version, cfg.Status.Versions = v.running, v.counts
+	}
 	// The conditions describe this generation, whatever they say: kstatus
 	// reads Stalled only of an observed generation.
 	cfg.Status.ObservedGeneration = cfg.Generation

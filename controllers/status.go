@@ -47,6 +47,8 @@ type observations struct {
 	// encryption is where encryption at rest stands; nil when the pass
 	// did not get to look.
 	encryption *encryptionObservation
+	// versions are the kube-apiserver versions the pods run.
+	versions versionObservation
 }
 
 // encryptionObservation is what the Encrypted condition reports.
@@ -156,6 +158,9 @@ func availableCondition(o observations) metav1.Condition {
 // rolloutMessage says how far the apiservers are, counts capped at the
 // desired number.
 func rolloutMessage(o observations) string {
+	if o.versions.upgrading() {
+		return upgradeMessage(o)
+	}
 	d := o.deployment
 	if d == nil {
 		return fmt.Sprintf("0 of %d apiservers ready", o.masterCount)
@@ -170,6 +175,9 @@ func rolloutMessage(o observations) string {
 
 // progressingCondition is True while a rollout or scaling is under way.
 func progressingCondition(o observations) metav1.Condition {
+	if o.masterCount > 0 && o.versions.upgrading() {
+		return condition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonUpgrading, capitalize(upgradeMessage(o)), o.generation)
+	}
 	if o.deployment != nil && !rolloutDone(o.deployment) {
 		return condition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonProgressing, "Rolling out: "+rolloutMessage(o), o.generation)
 	}
@@ -216,12 +224,16 @@ func readyCondition(o observations) metav1.Condition {
 	}
 	if o.masterCount == 0 {
 		if len(why) == 0 && o.podsLeft == 0 {
-			return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonHibernated, "Hibernated: masterCount is 0, certificates and data are kept", o.generation)
+			msg := "Hibernated: masterCount is 0, certificates and data are kept"
+			if o.versions.upgrading() {
+				msg += fmt.Sprintf("; the upgrade %s → %s happens when it wakes", o.versions.running, o.versions.desired)
+			}
+			return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonHibernated, msg, o.generation)
 		}
 		if o.podsLeft > 0 {
 			why = append(why, fmt.Sprintf("hibernating: %d apiserver pods still running", o.podsLeft))
 		}
-	} else if !rolloutDone(o.deployment) {
+	} else if !rolloutDone(o.deployment) || o.versions.upgrading() {
 		why = append(why, rolloutMessage(o))
 	}
 	if len(why) > 0 {
@@ -277,6 +289,13 @@ func encryptedCondition(o observations) metav1.Condition {
 		msg += "; a rotation is due and starts when the tenant wakes (masterCount is 0)"
 	}
 	return condition(v1alpha1.ConditionEncrypted, true, v1alpha1.ReasonEncryptionProven, msg, o.generation)
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // conditions are every condition of the ApiServerConfig, in a fixed order.

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,8 @@ func TestConditions(t *testing.T) {
 		// part of Ready's message.
 		kstatus kstatus.Status
 		message string
+		// progressing, when set, is a part of Progressing's message.
+		progressing string
 	}{{
 		name: "converged",
 		mod:  func(*observations) {},
@@ -159,6 +162,43 @@ func TestConditions(t *testing.T) {
 		},
 		want:    want{"Ready": "False/EtcdUnreachable", "Stalled": "True/EtcdUnreachable", "EtcdAvailable": "False/EtcdUnreachable"},
 		kstatus: kstatus.FailedStatus,
+	}, {
+		name: "an upgrade half way: one apiserver of each version",
+		mod: func(o *observations) {
+			o.masterCount, o.podsLeft = 2, 3
+			o.deployment = deployment(2, 2, false)
+			o.versions = versionObservation{running: "v1.36.4", desired: "v1.37.1", counts: []v1alpha1.VersionStatus{
+				{Version: "v1.36.4", Replicas: 2, ReadyReplicas: 2}, {Version: "v1.37.1", Replicas: 1, ReadyReplicas: 1}}}
+		},
+		want:    want{"Ready": "False/Progressing", "Reconciling": "True/Progressing", "Available": "True/Reconciled", "Progressing": "True/Upgrading", "Degraded": "False/Reconciled"},
+		kstatus: kstatus.InProgressStatus, message: "upgrading v1.36.4 → v1.37.1: 1 of 2 apiservers upgraded",
+		progressing: "Upgrading v1.36.4 → v1.37.1: 1 of 2 apiservers upgraded",
+	}, {
+		name: "an upgrade is not done while an old apiserver still shuts down",
+		mod: func(o *observations) {
+			o.masterCount, o.podsLeft = 2, 3
+			o.deployment = deployment(2, 2, true)
+			o.versions = versionObservation{running: "v1.36.4", desired: "v1.37.1", counts: []v1alpha1.VersionStatus{
+				{Version: "v1.36.4", Replicas: 1, ReadyReplicas: 0}, {Version: "v1.37.1", Replicas: 2, ReadyReplicas: 2}}}
+		},
+		want:    want{"Ready": "False/Progressing", "Progressing": "True/Upgrading"},
+		kstatus: kstatus.InProgressStatus, message: "upgrading v1.36.4 → v1.37.1: 2 of 2 apiservers upgraded",
+	}, {
+		name: "an upgrade done",
+		mod: func(o *observations) {
+			o.versions = versionObservation{running: "v1.37.1", desired: "v1.37.1", counts: []v1alpha1.VersionStatus{{Version: "v1.37.1", Replicas: 3, ReadyReplicas: 3}}}
+		},
+		want:    want{"Ready": "True/Reconciled", "Progressing": "False/Reconciled"},
+		kstatus: kstatus.CurrentStatus,
+	}, {
+		name: "a hibernated tenant's upgrade waits for it to wake",
+		mod: func(o *observations) {
+			o.masterCount, o.podsLeft = 0, 0
+			o.deployment = deployment(0, 0, true)
+			o.versions = versionObservation{running: "v1.36.4", desired: "v1.37.1"}
+		},
+		want:    want{"Ready": "True/Hibernated", "Progressing": "False/Reconciled", "Available": "False/Hibernated"},
+		kstatus: kstatus.CurrentStatus, message: "the upgrade v1.36.4 → v1.37.1 happens when it wakes",
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,6 +220,9 @@ func TestConditions(t *testing.T) {
 			ready := meta.FindStatusCondition(conditions(o), v1alpha1.ConditionReady)
 			if !strings.Contains(ready.Message, tc.message) {
 				t.Errorf("Ready says %q, want it to say %q", ready.Message, tc.message)
+			}
+			if p := meta.FindStatusCondition(conditions(o), v1alpha1.ConditionProgressing); !strings.Contains(p.Message, tc.progressing) {
+				t.Errorf("Progressing says %q, want it to say %q", p.Message, tc.progressing)
 			}
 			if o.failure != nil {
 				if d := meta.FindStatusCondition(conditions(o), v1alpha1.ConditionDegraded); !d.LastTransitionTime.Time.Equal(o.failure.since) {
@@ -324,5 +367,64 @@ func TestEncryptedCondition(t *testing.T) {
 	}
 	if !apiserver.EncryptionIncomplete(layout(k1, "secrets"), layout(k2, "secrets", "configmaps")) || apiserver.EncryptionIncomplete(layout(k1, "secrets", "configmaps"), layout(k2, "secrets")) {
 		t.Error("adding a resource leaves its values plain until they are rewritten; removing one does not")
+	}
+}
+
+// TestObserveVersions: status counts the pods of each version by their
+// template's annotation, and status.version moves to the new version only
+// when no pod of the old one is left, those shutting down included.
+func TestObserveVersions(t *testing.T) {
+	pod := func(version string, ready, terminating bool) corev1.Pod {
+		p := corev1.Pod{}
+		if version != "" {
+			p.Annotations = map[string]string{apiserver.VersionAnnotation: version}
+		}
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+		if terminating {
+			p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
+		return p
+	}
+	done := deployment(2, 2, true)
+	done.Spec.Template.Annotations = map[string]string{apiserver.VersionAnnotation: "v1.37.1"}
+	cases := []struct {
+		name          string
+		pods          []corev1.Pod
+		d             *appsv1.Deployment
+		last, desired string
+		running       string
+		counts        string
+	}{
+		{"all old", []corev1.Pod{pod("v1.36.4", true, false), pod("v1.36.4", true, false)}, done, "v1.36.4", "v1.37.1",
+			"v1.36.4", "v1.36.4:2/2"},
+		{"mixed", []corev1.Pod{pod("v1.37.1", false, false), pod("v1.36.4", true, false), pod("v1.36.4", true, false)}, done, "v1.36.4", "v1.37.1",
+			"v1.36.4", "v1.36.4:2/2 v1.37.1:1/0"},
+		{"the last old one shutting down", []corev1.Pod{pod("v1.37.1", true, false), pod("v1.36.4", true, true), pod("v1.37.1", true, false)}, done, "v1.36.4", "v1.37.1",
+			"v1.36.4", "v1.36.4:1/0 v1.37.1:2/2"},
+		{"all new", []corev1.Pod{pod("v1.37.1", true, false), pod("v1.37.1", true, false)}, done, "v1.36.4", "v1.37.1",
+			"v1.37.1", "v1.37.1:2/2"},
+		{"a patch release sorts by version", []corev1.Pod{pod("v1.37.10", true, false), pod("v1.37.9", true, false)}, done, "v1.37.9", "v1.37.10",
+			"v1.37.9", "v1.37.9:1/1 v1.37.10:1/1"},
+		{"pods from before the annotation run what status said", []corev1.Pod{pod("", true, false), pod("v1.37.1", true, false)}, done, "v1.36.4", "v1.37.1",
+			"v1.36.4", "v1.36.4:1/1 v1.37.1:1/1"},
+		{"hibernated keeps the version that ran last", nil, deployment(0, 0, true), "v1.36.4", "v1.37.1", "v1.36.4", ""},
+		{"a new tenant has no version until a pod runs", nil, deployment(1, 0, false), "", "v1.37.1", "", ""},
+		{"no pod in the cache yet, the rollout done", nil, done, "", "v1.37.1", "v1.37.1", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := observeVersions(tc.pods, tc.d, tc.last, tc.desired)
+			var counts []string
+			for _, c := range got.counts {
+				counts = append(counts, fmt.Sprintf("%s:%d/%d", c.Version, c.Replicas, c.ReadyReplicas))
+			}
+			if got.running != tc.running || strings.Join(counts, " ") != tc.counts {
+				t.Errorf("running %q, counts %q; want %q, %q", got.running, strings.Join(counts, " "), tc.running, tc.counts)
+			}
+		})
 	}
 }

@@ -35,6 +35,7 @@ func (r *ApiServerConfigReconciler) observeWorkload(ctx context.Context, p *pass
 	}
 	p.pods = pods.Items
 	p.obs.podsLeft = len(pods.Items)
+	p.obs.versions = observeVersions(p.pods, p.obs.deployment, cfg.Status.Version, cfg.Spec.Version)
 	return nil
 }
 
@@ -176,7 +177,6 @@ func (r *ApiServerConfigReconciler) reportApplied(_ context.Context, p *pass) er
 	st.Replicas = p.current.Status.Replicas
 	st.ReadyReplicas = p.current.Status.ReadyReplicas
 	st.Selector = apiserver.Selector(p.cfg.Name)
-	st.Version = p.c.Spec.Version
 	st.Endpoint = p.c.Endpoint
 	st.AdminKubeconfigSecretName = apiserver.AdminKubeconfigSecretName(p.cfg.Name)
 	st.CacheSizing = sizingStatus(st.CacheSizing, p.c.Sizing)

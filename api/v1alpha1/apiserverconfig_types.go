@@ -945,9 +945,18 @@ type ApiServerConfigStatus struct {
 	// +optional
 	Selector string `json:"selector,omitempty"`
 
-	// Version is the kube-apiserver version running.
+	// Version is the kube-apiserver version every apiserver runs. During an
+	// upgrade it stays the old version until the last apiserver of it is
+	// gone; while the tenant is hibernated it is the version that ran last.
 	// +optional
 	Version string `json:"version,omitempty"`
+
+	// Versions counts the apiserver pods of each kube-apiserver version,
+	// oldest first: one entry, or two while an upgrade rolls.
+	// +listType=map
+	// +listMapKey=version
+	// +optional
+	Versions []VersionStatus `json:"versions,omitempty"`
 
 	// Endpoint is the URL clients use to reach the apiservers.
 	// +optional
@@ -975,6 +984,16 @@ type ApiServerConfigStatus struct {
 	// +listMapKey=name
 	// +optional
 	Rotations []RotationStatus `json:"rotations,omitempty"`
+}
+
+// VersionStatus is how many apiservers run one kube-apiserver version.
+type VersionStatus struct {
+	// Version is the kube-apiserver version.
+	Version string `json:"version"`
+	// Replicas counts its pods, those shutting down included.
+	Replicas int32 `json:"replicas"`
+	// ReadyReplicas counts those of them that are ready.
+	ReadyReplicas int32 `json:"readyReplicas"`
 }
 
 // RotationStatus is the phase of the rotation of one CA or key.

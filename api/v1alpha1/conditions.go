@@ -67,6 +67,9 @@ const (
 	ReasonInvalidSpec = "InvalidSpec"
 	// ReasonHibernated: masterCount is 0, so no apiserver runs on purpose.
 	ReasonHibernated = "Hibernated"
+	// ReasonUpgrading: apiservers of the old version still run beside the
+	// new one's (Progressing).
+	ReasonUpgrading = "Upgrading"
 	// ReasonEtcdUnreachable: an etcd server did not answer.
 	ReasonEtcdUnreachable = "EtcdUnreachable"
 	// ReasonEtcdReachable: every etcd server answered.
