@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,6 +235,9 @@ type clientLoop struct {
 	lastErr    atomic.Value
 	stop       chan struct{}
 	done       chan struct{}
+	// took is every call's duration, in order.
+	mu   sync.Mutex
+	took []time.Duration
 }
 
 func startClientLoop(call func(context.Context) error, interval time.Duration) *clientLoop {
@@ -249,9 +253,13 @@ func startClientLoop(call func(context.Context) error, interval time.Duration) *
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			start := time.Now()
 			err := call(ctx)
-			if d := int64(time.Since(start)); d > l.slowest.Load() {
-				l.slowest.Store(d)
+			d := time.Since(start)
+			if int64(d) > l.slowest.Load() {
+				l.slowest.Store(int64(d))
 			}
+			l.mu.Lock()
+			l.took = append(l.took, d)
+			l.mu.Unlock()
 			if err != nil {
 				l.failed.Add(1)
 				l.lastErr.Store(err.Error())
@@ -265,11 +273,33 @@ func startClientLoop(call func(context.Context) error, interval time.Duration) *
 	return l
 }
 
-func (l *clientLoop) finish(t *testing.T, what string) {
-	t.Helper()
-	close(l.stop)
+// stopped ends the loop.
+func (l *clientLoop) stopped() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
 	<-l.done
-	t.Logf("%s: %d requests, %d failed, slowest %s", what, l.ok.Load()+l.failed.Load(), l.failed.Load(), time.Duration(l.slowest.Load()).Round(time.Millisecond))
+}
+
+// quantile is the q-quantile (0.99 for p99) of the calls' durations.
+func (l *clientLoop) quantile(q float64) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.took) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(l.took)
+	slices.Sort(sorted)
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+func (l *clientLoop) finish(t testing.TB, what string) {
+	t.Helper()
+	l.stopped()
+	t.Logf("%s: %d requests, %d failed, p99 %s, slowest %s", what, l.ok.Load()+l.failed.Load(), l.failed.Load(),
+		l.quantile(0.99).Round(time.Millisecond), time.Duration(l.slowest.Load()).Round(time.Millisecond))
 	if l.failed.Load() > 0 {
 		t.Errorf("%s: %d of %d requests failed (last: %v)", what, l.failed.Load(), l.ok.Load()+l.failed.Load(), l.lastErr.Load())
 	}
