@@ -63,6 +63,7 @@ type options struct {
 	controllers          bool
 	shutdownDelay        time.Duration
 	etcdWatchInterval    time.Duration
+	removedAPIQuiet      time.Duration
 	webhookCerts         string
 	webhookSecret        string
 	webhookService       string
@@ -126,6 +127,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+upstream.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
+	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
+		"Before a minor upgrade, how long no client may have called an API the target version no longer serves (as the running apiservers count them) before the upgrade goes ahead; the annotation "+apiserver.AllowRemovedAPICallsAnnotation+"=<version> lets it go at once.")
 	fs.DurationVar(&o.stallAfter, "stall-after", controllers.DefaultStallAfter,
 		"How long an environment failure (a Secret or ConfigMap the spec names missing, etcd unreachable, apiserver pods that cannot be scheduled, pull their image or stay up) lasts before the ApiServerConfig is marked Stalled, which GitOps tools read as failed.")
 	o.zap.BindFlags(fs)
@@ -134,6 +137,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.concurrency < 1 {
 		return nil, fmt.Errorf("--max-concurrent-reconciles is %d: it must be at least 1", o.concurrency)
+	}
+	if o.removedAPIQuiet <= 0 {
+		return nil, fmt.Errorf("--removed-api-quiet-period is %s: it must be positive", o.removedAPIQuiet)
 	}
 	if o.stallAfter <= 0 {
 		return nil, fmt.Errorf("--stall-after is %s: it must be positive", o.stallAfter)
@@ -234,6 +240,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		Namespaces:              mgrOpts.Cache.DefaultNamespaces,
 		StallAfter:              o.stallAfter,
 		EtcdWatchInterval:       o.etcdWatchInterval,
+		RemovedAPIQuietPeriod:   o.removedAPIQuiet,
 	}
 	if o.controllers {
 		if err := reconciler.SetupWithManager(mgr); err != nil {

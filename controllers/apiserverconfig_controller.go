@@ -98,9 +98,16 @@ type ApiServerConfigReconciler struct {
 	EtcdWatchInterval time.Duration
 
 	// Tenants opens a tenant's API, to rewrite what a new encryption key
-	// must encrypt again (connectTenant, through the tenant's Service,
-	// when nil).
+	// must encrypt again and to read the apiservers' metrics before an
+	// upgrade (connectTenant, through the tenant's Service, when nil).
 	Tenants TenantConnector
+	// RemovedAPIQuietPeriod is how long no client may have called an API
+	// the target minor removed before a held upgrade goes ahead
+	// (DefaultRemovedAPIQuietPeriod when zero).
+	RemovedAPIQuietPeriod time.Duration
+
+	// removedAPIs counts, per tenant, the calls that hold its upgrade.
+	removedAPIs removedAPIWatch
 
 	// etcdWatch brings a tenant back when its etcd goes away or returns.
 	etcdWatch *etcdWatch

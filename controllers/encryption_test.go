@@ -54,6 +54,9 @@ func (f *fakeTenant) Resources(context.Context) (map[schema.GroupResource]Tenant
 	}, nil
 }
 
+// Metrics: the fake tenant's apiservers saw no request.
+func (f *fakeTenant) Metrics(context.Context, string) ([]byte, error) { return nil, nil }
+
 func (f *fakeTenant) Rewrite(ctx context.Context, r TenantResource, namespace, name string) error {
 	s := &corev1.Secret{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.cfg.Namespace, Name: apiserver.EncryptionSecretName(f.cfg.Name)}, s); err != nil {

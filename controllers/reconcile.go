@@ -99,6 +99,7 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 		{"Sizing", r.reconcileSizing},
 		{"Config", r.reconcileConfig},
 		{"Secrets", r.applySecrets},
+		{"Preflight", r.preflightUpgrade},
 		{"Deployment", r.reconcileDeployment},
 		{"PodDisruptionBudget", r.reconcileDisruptionBudget},
 		{"Encryption", r.reconcileEncryption},
@@ -115,6 +116,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Client.Get(ctx, req.NamespacedName, cfg); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.written.Delete(req.NamespacedName)
+			r.removedAPIs.forget(req.NamespacedName)
 			if r.etcdWatch != nil {
 				r.etcdWatch.forget(req.NamespacedName)
 			}

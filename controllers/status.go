@@ -49,6 +49,8 @@ type observations struct {
 	encryption *encryptionObservation
 	// versions are the kube-apiserver versions the pods run.
 	versions versionObservation
+	// upgradeHeld: the pre-flight holds a minor upgrade (failure says why).
+	upgradeHeld bool
 }
 
 // encryptionObservation is what the Encrypted condition reports.
@@ -175,6 +177,9 @@ func rolloutMessage(o observations) string {
 
 // progressingCondition is True while a rollout or scaling is under way.
 func progressingCondition(o observations) metav1.Condition {
+	if o.upgradeHeld && o.failure != nil {
+		return condition(v1alpha1.ConditionProgressing, false, o.failure.reason, capitalize(o.failure.message), o.generation)
+	}
 	if o.masterCount > 0 && o.versions.upgrading() {
 		return condition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonUpgrading, capitalize(upgradeMessage(o)), o.generation)
 	}

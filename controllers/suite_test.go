@@ -84,7 +84,9 @@ func run(m *testing.M) (int, error) {
 		// Environment failures stall within a test's patience.
 		StallAfter:        3 * time.Second,
 		EtcdWatchInterval: time.Second,
-		ResizePolicy:      apiserver.ResizePolicy{Threshold: 0.2, MinInterval: 2 * time.Second},
+		// A held upgrade goes ahead within a test's patience.
+		RemovedAPIQuietPeriod: 3 * time.Second,
+		ResizePolicy:          apiserver.ResizePolicy{Threshold: 0.2, MinInterval: 2 * time.Second},
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return 0, err

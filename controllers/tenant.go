@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -28,6 +30,9 @@ type TenantAPI interface {
 	// Rewrite writes an object back unchanged. An object that is gone is
 	// not an error: whatever replaced it was written with the current key.
 	Rewrite(ctx context.Context, r TenantResource, namespace, name string) error
+	// Metrics reads the /metrics of the apiserver pod at podIP (each
+	// apiserver counts its own requests).
+	Metrics(ctx context.Context, podIP string) ([]byte, error)
 }
 
 // TenantResource is one resource a tenant serves.
@@ -70,13 +75,35 @@ func connectTenant(_ context.Context, p *pass) (TenantAPI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", rc.Host, err)
 	}
-	return &tenantClient{dyn: dyn, disc: disc, host: rc.Host}, nil
+	return &tenantClient{dyn: dyn, disc: disc, host: rc.Host, rc: rc, clusterIP: p.in.ServiceClusterIP, port: p.c.Spec.Serving.SecurePort}, nil
 }
 
 type tenantClient struct {
 	dyn  dynamic.Interface
 	disc discovery.DiscoveryInterface
 	host string
+	// rc reaches the Service; clusterIP (a SAN of the serving
+	// certificate) verifies a pod reached at its own address, on port.
+	rc        *rest.Config
+	clusterIP string
+	port      int32
+}
+
+// Metrics implements TenantAPI.
+func (t *tenantClient) Metrics(ctx context.Context, podIP string) ([]byte, error) {
+	rc := rest.CopyConfig(t.rc)
+	rc.Host = "https://" + net.JoinHostPort(podIP, strconv.Itoa(int(t.port)))
+	rc.TLSClientConfig.ServerName = t.clusterIP
+	rc.GroupVersion, rc.NegotiatedSerializer = &schema.GroupVersion{}, scheme.Codecs.WithoutConversion()
+	rcl, err := rest.RESTClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("reaching the apiserver pod at %s: %w", rc.Host, err)
+	}
+	data, err := rcl.Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metrics of the apiserver pod at %s: %w", rc.Host, err)
+	}
+	return data, nil
 }
 
 // crdResource is where a tenant lists its custom resource definitions.

@@ -70,6 +70,9 @@ const (
 	// ReasonUpgrading: apiservers of the old version still run beside the
 	// new one's (Progressing).
 	ReasonUpgrading = "Upgrading"
+	// ReasonRemovedAPIsInUse: a minor upgrade waits because clients called
+	// APIs the target no longer serves (the pre-flight).
+	ReasonRemovedAPIsInUse = "RemovedAPIsInUse"
 	// ReasonEtcdUnreachable: an etcd server did not answer.
 	ReasonEtcdUnreachable = "EtcdUnreachable"
 	// ReasonEtcdReachable: every etcd server answered.

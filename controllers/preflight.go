@@ -1,0 +1,136 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// DefaultRemovedAPIQuietPeriod is how long no client may have called an
+// API the target minor removed before a held upgrade goes ahead.
+const DefaultRemovedAPIQuietPeriod = 10 * time.Minute
+
+// removedAPIWatch remembers, per tenant, what the pre-flight of its held
+// upgrade counted, so that it can tell when the calls stopped. It lives in
+// memory: after a restart the quiet period starts again, which only holds
+// an upgrade longer.
+type removedAPIWatch struct {
+	mu   sync.Mutex
+	seen map[types.NamespacedName]removedAPICount
+}
+
+// removedAPICount is the last count of calls to removed APIs before an
+// upgrade to target, and when it last grew.
+type removedAPICount struct {
+	target   string
+	requests int64
+	grewAt   time.Time
+}
+
+// observe records requests, and returns since when they have not grown.
+func (w *removedAPIWatch) observe(key types.NamespacedName, target string, requests int64, now time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen == nil {
+		w.seen = map[types.NamespacedName]removedAPICount{}
+	}
+	last, ok := w.seen[key]
+	if !ok || last.target != target || requests > last.requests {
+		last = removedAPICount{target: target, requests: requests, grewAt: now}
+	}
+	// Fewer requests than before: an apiserver restarted and counts anew;
+	// that is no new call.
+	last.requests = requests
+	w.seen[key] = last
+	return last.grewAt
+}
+
+func (w *removedAPIWatch) forget(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.seen, key)
+}
+
+// preflightUpgrade holds a minor upgrade that has not started while
+// clients still call APIs the target no longer serves, as the running
+// apiservers' own metrics tell: the Deployment keeps its template (the
+// Deployment step leaves it) and status names the APIs and the count. The
+// upgrade goes ahead once no such call came for the quiet period, or when
+// the user acknowledges with AllowRemovedAPICallsAnnotation set to the
+// target version.
+func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pass) error {
+	key := types.NamespacedName{Namespace: p.cfg.Namespace, Name: p.cfg.Name}
+	v := p.obs.versions
+	target := p.c.Spec.Version
+	if !r.upgradeNotStarted(p) || p.cfg.Annotations[apiserver.AllowRemovedAPICallsAnnotation] == target {
+		r.removedAPIs.forget(key)
+		return nil
+	}
+	tenant, err := r.tenants()(ctx, p)
+	if err != nil {
+		return fmt.Errorf("reading the running apiservers' metrics before the upgrade to %s: %w", target, err)
+	}
+	var lists [][]apiserver.RemovedAPICalls
+	for _, pod := range p.pods {
+		if pod.Status.PodIP == "" || !podReady(&pod) {
+			continue
+		}
+		data, err := tenant.Metrics(ctx, pod.Status.PodIP)
+		if err != nil {
+			return fmt.Errorf("reading the metrics of apiserver %s before the upgrade to %s (the upgrade waits for them): %w", pod.Name, target, err)
+		}
+		calls, err := apiserver.ParseRemovedAPICalls(bytes.NewReader(data))
+		if err != nil {
+			return fmt.Errorf("reading the metrics of apiserver %s before the upgrade to %s: %w", pod.Name, target, err)
+		}
+		lists = append(lists, calls)
+	}
+	removed := apiserver.RemovedBy(apiserver.MergeRemovedAPICalls(lists...), target)
+	if len(removed) == 0 {
+		r.removedAPIs.forget(key)
+		return nil
+	}
+	quiet := r.RemovedAPIQuietPeriod
+	if quiet == 0 {
+		quiet = DefaultRemovedAPIQuietPeriod
+	}
+	grewAt := r.removedAPIs.observe(key, target, apiserver.TotalRequests(removed), p.now)
+	if p.now.Sub(grewAt) >= quiet {
+		r.event(p.cfg, "Normal", v1alpha1.ReasonUpgrading, "Preflight",
+			"No client called an API that %s removed for %s: the upgrade from %s goes ahead (calls seen: %s)", target, quiet, v.running, apiserver.DescribeRemovedAPICalls(removed))
+		return nil
+	}
+	p.obs.upgradeHeld = true
+	p.obs.failure = &envFailure{reason: v1alpha1.ReasonRemovedAPIsInUse,
+		message: fmt.Sprintf("upgrade %s → %s held: clients called APIs that %s no longer serves: %s; it goes ahead %s after the last such call, or annotate the object with %s=%s to upgrade now",
+			v.running, target, target, apiserver.DescribeRemovedAPICalls(removed), quiet, apiserver.AllowRemovedAPICallsAnnotation, target),
+		since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonRemovedAPIsInUse, p.now)}
+	p.requeueWithin(min(quiet-p.now.Sub(grewAt), 30*time.Second))
+	return nil
+}
+
+// upgradeNotStarted: the spec asks for a newer minor than every apiserver
+// runs, and no pod of it exists yet, nor does the Deployment's template
+// ask for it (an upgrade under way is never held halfway).
+func (r *ApiServerConfigReconciler) upgradeNotStarted(p *pass) bool {
+	v := p.obs.versions
+	if p.obs.masterCount == 0 || !apiserver.IsMinorUpgrade(v.running, p.c.Spec.Version) {
+		return false
+	}
+	for _, c := range v.counts {
+		if c.Version != v.running {
+			return false
+		}
+	}
+	if d := p.obs.deployment; d != nil && d.Spec.Template.Annotations[apiserver.VersionAnnotation] == p.c.Spec.Version {
+		return false
+	}
+	return len(p.pods) > 0
+}

@@ -1,0 +1,165 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// callingTenant is a tenant whose clients call an API that v1.37 removed
+// while calling is true: each read of its metrics counts more requests.
+type callingTenant struct {
+	calling  atomic.Bool
+	requests atomic.Int64
+	reads    atomic.Int64
+}
+
+func (f *callingTenant) Resources(context.Context) (map[schema.GroupResource]TenantResource, error) {
+	return map[schema.GroupResource]TenantResource{}, nil
+}
+
+func (f *callingTenant) Rewrite(context.Context, TenantResource, string, string) error { return nil }
+
+func (f *callingTenant) Metrics(context.Context, string) ([]byte, error) {
+	f.reads.Add(1)
+	if f.calling.Load() {
+		f.requests.Add(3)
+	}
+	return fmt.Appendf(nil, `# TYPE apiserver_requested_deprecated_apis gauge
+apiserver_requested_deprecated_apis{group="networking.k8s.io",removed_release="1.37",resource="ipaddresses",subresource="",version="v1beta1"} 1
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="networking.k8s.io",resource="ipaddresses",scope="cluster",subresource="",verb="LIST",version="v1beta1"} %d
+`, f.requests.Load()), nil
+}
+
+// TestApiServerConfigReconciler_HoldsAMinorUpgradeWhileClientsCallRemovedAPIs:
+// before a minor upgrade the operator reads the running apiservers'
+// metrics; while clients call an API the target removed, the Deployment
+// keeps the old version and status names the API and the count. The
+// upgrade goes ahead once the calls stopped for the quiet period (3 s in
+// this suite), or at once when the user acknowledges.
+func TestApiServerConfigReconciler_HoldsAMinorUpgradeWhileClientsCallRemovedAPIs(t *testing.T) {
+	if len(v1alpha1.BundledVersions) < 2 {
+		t.Skip("one bundled version")
+	}
+	from, to := v1alpha1.BundledVersions[len(v1alpha1.BundledVersions)-2], v1alpha1.BundledVersion
+	if !apiserver.IsMinorUpgrade(from, to) || !strings.HasPrefix(to, "v1.37.") {
+		t.Skipf("the fake metrics name an API removed in 1.37; %s → %s needs others", from, to)
+	}
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	held := func(name string) (*v1alpha1.ApiServerConfig, *callingTenant, *appsv1.Deployment) {
+		cfg := tenant(ns, name, func(s *v1alpha1.ApiServerConfigSpec) { s.Version = from })
+		fake := &callingTenant{}
+		fake.calling.Store(true)
+		testTenants.Store(client.ObjectKeyFromObject(cfg), fake)
+		t.Cleanup(func() { testTenants.Delete(client.ObjectKeyFromObject(cfg)) })
+		createReady(t, cfg)
+		pod := createAPIServerPod(t, cfg, name+"-apiserver-x")
+		pod.Annotations = map[string]string{apiserver.VersionAnnotation: from}
+		if err := env.Client.Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status.PodIP = "10.0.0.5"
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if err := env.Client.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.Version = to })
+		d := waitForDeployment(t, cfg)
+		eventually(t, 20*time.Second, "the upgrade is held, naming the API and the count", func() error {
+			got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+			deg, prog := conditionOf(got, v1alpha1.ConditionDegraded), conditionOf(got, v1alpha1.ConditionProgressing)
+			if got.Status.ObservedGeneration != got.Generation || deg == nil || deg.Reason != v1alpha1.ReasonRemovedAPIsInUse ||
+				!strings.Contains(deg.Message, "upgrade "+from+" → "+to+" held: clients called APIs that "+to+" no longer serves: networking.k8s.io/v1beta1/ipaddresses (removed in 1.37, ") {
+				return fmt.Errorf("Degraded is %v", deg)
+			}
+			if prog == nil || prog.Status != metav1.ConditionFalse || prog.Reason != v1alpha1.ReasonRemovedAPIsInUse {
+				return fmt.Errorf("Progressing is %v", prog)
+			}
+			return nil
+		})
+		// The pass that said so left the Deployment on the old version.
+		if v := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta}).Spec.Template.Annotations[apiserver.VersionAnnotation]; v != from {
+			t.Fatalf("%s: the held upgrade's Deployment runs %s, want %s", name, v, from)
+		}
+		return cfg, fake, d
+	}
+	waitUpgraded := func(d *appsv1.Deployment, within time.Duration, what string) {
+		eventually(t, within, what, func() error {
+			if v := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta}).Spec.Template.Annotations[apiserver.VersionAnnotation]; v != to {
+				return fmt.Errorf("the Deployment runs %s", v)
+			}
+			return nil
+		})
+	}
+
+	// Acknowledged: the upgrade goes at once, calls or not.
+	acked, _, ackedDeploy := held("acked")
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: acked.ObjectMeta})
+	got.Annotations = map[string]string{apiserver.AllowRemovedAPICallsAnnotation: to}
+	if err := env.Client.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	waitUpgraded(ackedDeploy, 15*time.Second, "the acknowledged upgrade goes ahead")
+
+	// The calls stop: the upgrade goes ahead after the quiet period, and
+	// not while they go on.
+	_, fake, quietDeploy := held("quiet")
+	readsBefore := fake.reads.Load()
+	eventually(t, 20*time.Second, "the pre-flight looks again", func() error {
+		if fake.reads.Load() < readsBefore+3 {
+			return fmt.Errorf("%d reads of the metrics", fake.reads.Load()-readsBefore)
+		}
+		return nil
+	})
+	if v := get(t, &appsv1.Deployment{ObjectMeta: quietDeploy.ObjectMeta}).Spec.Template.Annotations[apiserver.VersionAnnotation]; v != from {
+		t.Fatalf("the upgrade went ahead while clients still called the removed API (Deployment on %s)", v)
+	}
+	fake.calling.Store(false)
+	waitUpgraded(quietDeploy, 30*time.Second, "the upgrade goes ahead once the calls stopped")
+}
+
+// TestRemovedAPIWatch: the quiet period counts from the last growth of
+// the requests; a restarted apiserver counting anew is no new call; a new
+// target starts over.
+func TestRemovedAPIWatch(t *testing.T) {
+	var w removedAPIWatch
+	key := types.NamespacedName{Namespace: "n", Name: "t"}
+	t0 := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
+	steps := []struct {
+		target   string
+		requests int64
+		at       time.Duration
+		want     time.Duration // grewAt - t0
+	}{
+		{"v1.37.1", 10, 0, 0},
+		{"v1.37.1", 10, time.Minute, 0},
+		{"v1.37.1", 12, 2 * time.Minute, 2 * time.Minute},
+		{"v1.37.1", 4, 3 * time.Minute, 2 * time.Minute},
+		{"v1.37.1", 5, 4 * time.Minute, 4 * time.Minute},
+		{"v1.38.0", 5, 5 * time.Minute, 5 * time.Minute},
+	}
+	for i, s := range steps {
+		if got := w.observe(key, s.target, s.requests, t0.Add(s.at)); !got.Equal(t0.Add(s.want)) {
+			t.Errorf("step %d: the requests last grew at +%s, want +%s", i, got.Sub(t0), s.want)
+		}
+	}
+	w.forget(key)
+	if got := w.observe(key, "v1.38.0", 5, t0.Add(time.Hour)); !got.Equal(t0.Add(time.Hour)) {
+		t.Errorf("after forget, the count starts over: +%s", got.Sub(t0))
+	}
+}
