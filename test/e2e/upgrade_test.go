@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -365,4 +366,115 @@ func removedGate(t testing.TB, from, to string) (string, bool) {
 	}
 	sort.Strings(gone)
 	return gone[0], a.FeatureGates[gone[0]].Default
+}
+
+// removedBetaAPI is a beta group/version (and one of its resources) that
+// from serves and to does not, or "".
+func removedBetaAPI(t testing.TB, from, to string) (gv, resource string) {
+	t.Helper()
+	a, err1 := apiserver.CatalogFor(utilversion.MustParseSemantic(from))
+	b, err2 := apiserver.CatalogFor(utilversion.MustParseSemantic(to))
+	if err1 != nil || err2 != nil || a == nil || b == nil {
+		t.Fatalf("the catalogs of %s and %s: %v %v", from, to, err1, err2)
+	}
+	served := b.GroupVersions()
+	var candidates []string
+	for gr, versions := range a.Resources {
+		for _, v := range versions {
+			gv := gr.Group + "/" + v
+			if gr.Group != "" && strings.Contains(v, "beta") && !served[gv] {
+				candidates = append(candidates, gv+" "+gr.Resource)
+			}
+		}
+	}
+	if len(candidates) == 0 {
+		return "", ""
+	}
+	sort.Strings(candidates)
+	gv, resource, _ = strings.Cut(candidates[0], " ")
+	return gv, resource
+}
+
+// TestOperator_UpgradeWaitsForClientsOfRemovedAPIs: a client keeps calling
+// a beta API that the target minor no longer serves. The upgrade is held:
+// status names the API and the count (as the running apiserver counted
+// it), the apiserver keeps running the old version; once the client stops,
+// the upgrade goes ahead after the quiet period (30 s in this suite), and
+// not before.
+func TestOperator_UpgradeWaitsForClientsOfRemovedAPIs(t *testing.T) {
+	from, to := upgradeVersions(t)
+	gv, resource := removedBetaAPI(t, from, to)
+	if gv == "" {
+		t.Skipf("no beta API of %s is gone in %s: the pre-flight's decision is unit-tested (apiserver.RemovedBy)", from, to)
+	}
+	c, cfg, tenant := startTenant(t, "preflight", func(cfg *v1alpha1.ApiServerConfig) {
+		cfg.Spec.Version = from
+		cfg.Spec.RuntimeConfig = map[string]string{gv: "true"}
+	})
+	ctx := context.Background()
+	path := "/apis/" + gv + "/" + resource
+	caller := startClientLoop(func(ctx context.Context) error {
+		_, err := tenant.Discovery().RESTClient().Get().AbsPath(path).DoRaw(ctx)
+		return err
+	}, time.Second)
+	time.Sleep(3 * time.Second)
+
+	// The upgrade (and the runtime-config the target refuses).
+	managementKubectl(t, "-n", cfg.Namespace, "patch", "asc/"+cfg.Name, "--type=merge", "-p",
+		fmt.Sprintf(`{"spec":{"version":%q,"runtimeConfig":null}}`, to))
+	want := fmt.Sprintf("upgrade %s → %s held: clients called APIs that %s no longer serves: %s/%s (removed in ", from, to, to, gv, resource)
+	var held *metav1.Condition
+	deadline := time.Now().Add(2 * time.Minute)
+	for held == nil && time.Now().Before(deadline) {
+		got := &v1alpha1.ApiServerConfig{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cfg), got); err == nil && got.Status.ObservedGeneration == got.Generation {
+			if d := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionDegraded); d != nil && strings.Contains(d.Message, want) {
+				held = d
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if held == nil {
+		t.Fatalf("the upgrade was not held within 2 minutes with Degraded saying %q", want)
+	}
+	t.Logf("Held: %s: %s", held.Reason, held.Message)
+	for pod, v := range endpointVersions(t, c, cfg, tenantRESTConfig(t, c, cfg)) {
+		if v != from {
+			t.Fatalf("while the upgrade is held, pod %s answers %s, want %s", pod, v, from)
+		}
+	}
+
+	// The client stops calling; the upgrade waits the quiet period, then goes.
+	caller.finish(t, "calls to "+path+" before the upgrade")
+	stopped := time.Now()
+	var started time.Time
+	deadline = time.Now().Add(4 * time.Minute)
+	for time.Now().Before(deadline) {
+		d := &appsv1.Deployment{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, d); err == nil &&
+			d.Spec.Template.Annotations[apiserver.VersionAnnotation] == to {
+			started = time.Now()
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if started.IsZero() {
+		t.Fatal("the upgrade did not start within 4 minutes of the last call")
+	}
+	if waited := started.Sub(stopped); waited < 25*time.Second {
+		t.Errorf("the upgrade started %s after the last call, within the 30 s quiet period", waited.Round(time.Second))
+	}
+	t.Logf("the upgrade started %s after the last call", started.Sub(stopped).Round(time.Second))
+	waitReady(t, c, cfg, 3*time.Minute)
+	got := &v1alpha1.ApiServerConfig{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cfg), got); err != nil || got.Status.Version != to {
+		t.Fatalf("after the held upgrade: status.version %q (%v), want %s", got.Status.Version, err, to)
+	}
+}
+
+// tenantRESTConfig is the admin configuration of tenantClient.
+func tenantRESTConfig(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) *rest.Config {
+	t.Helper()
+	_, rc := tenantClient(t, c, cfg)
+	return rc
 }
