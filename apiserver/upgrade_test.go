@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -77,6 +78,16 @@ func TestAdmission_EachVersionIsJudgedByItsOwnCode(t *testing.T) {
 	upgraded.Spec.Version = v1alpha1.BundledVersion
 	if errs, _ := a.Admit(ctx, plain, upgraded); len(errs) > 0 {
 		t.Fatalf("upgrading %s to %s is refused: %v", older, v1alpha1.BundledVersion, errs.ToAggregate())
+	}
+	// Another patch release of a bundled minor, from a user's image, is
+	// judged by that minor's bundled code.
+	if newest := utilversion.MustParseSemantic(v1alpha1.BundledVersion); newest.Patch() > 0 {
+		other := fmt.Sprintf("v%d.%d.%d", newest.Major(), newest.Minor(), newest.Patch()-1)
+		patch := upgraded.DeepCopy()
+		patch.Spec.Version, patch.Spec.Image = other, "registry.example.com/kube-apiserver:"+other
+		if errs, _ := a.Admit(ctx, nil, patch); len(errs) > 0 {
+			t.Fatalf("%s with an image is refused: %v", other, errs.ToAggregate())
+		}
 	}
 	if errs, _ := a.Admit(ctx, upgraded, plain); len(errs) != 1 || errs[0].Field != "spec.version" || !strings.Contains(errs[0].Detail, "downgrade") {
 		t.Fatalf("downgrading: want one refusal on spec.version, got %v", errs.ToAggregate())

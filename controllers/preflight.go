@@ -60,8 +60,9 @@ func (w *removedAPIWatch) forget(key types.NamespacedName) {
 
 // preflightUpgrade holds a minor upgrade that has not started while
 // clients still call APIs the target no longer serves, as the running
-// apiservers' own metrics tell: the Deployment keeps its template (the
-// Deployment step leaves it) and status names the APIs and the count. The
+// apiservers' own metrics tell: the pass ends before the Deployment step,
+// so the Deployment keeps its template, and status names the APIs and the
+// count. The
 // upgrade goes ahead once no such call came for the quiet period, or when
 // the user acknowledges with AllowRemovedAPICallsAnnotation set to the
 // target version.
@@ -107,7 +108,11 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 			"No client called an API that %s removed for %s: the upgrade from %s goes ahead (calls seen: %s)", target, quiet, v.running, apiserver.DescribeRemovedAPICalls(removed))
 		return nil
 	}
+	// The pass ends here: the Deployment keeps the old version, and nothing
+	// that waits for a rollout (a rotation's phase, the re-encryption) may
+	// take the unapplied template for rolled out.
 	p.obs.upgradeHeld = true
+	p.done = true
 	p.obs.failure = &envFailure{reason: v1alpha1.ReasonRemovedAPIsInUse,
 		message: fmt.Sprintf("upgrade %s → %s held: clients called APIs that %s no longer serves: %s; it goes ahead %s after the last such call, or annotate the object with %s=%s to upgrade now",
 			v.running, target, target, apiserver.DescribeRemovedAPICalls(removed), quiet, apiserver.AllowRemovedAPICallsAnnotation, target),

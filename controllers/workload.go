@@ -73,13 +73,9 @@ func (r *ApiServerConfigReconciler) applyPKISecrets(ctx context.Context, p *pass
 	return g.Wait()
 }
 
-// reconcileDeployment applies the apiservers' Deployment, unless the
-// pre-flight holds an upgrade; when its rollout does not progress, the
-// pods or the Deployment say why.
+// reconcileDeployment applies the apiservers' Deployment; when its rollout
+// does not progress, the pods or the Deployment say why.
 func (r *ApiServerConfigReconciler) reconcileDeployment(ctx context.Context, p *pass) error {
-	if p.obs.upgradeHeld {
-		return nil // the running apiservers stay as they are
-	}
 	if err := r.applyDeployment(ctx, p); err != nil {
 		return err
 	}

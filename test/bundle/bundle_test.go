@@ -32,6 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
 
 const (
@@ -304,10 +306,13 @@ func TestBundleMatchesConfig(t *testing.T) {
 func TestBundleIsUpToDate(t *testing.T) {
 	out := t.TempDir()
 	rendered := kustomizeBuildRaw(t, "config/manifests")
-	cmd := exec.Command("go", "run", "./hack/bundle-gen",
-		"-version", "0.1.0", "-channels", "alpha", "-default-channel", "alpha",
-		"-related-image", "kube-apiserver=localhost/apiserver-operator/kube-apiserver:v1.37.1",
-		"-output-dir", filepath.Join(out, "bundle"), "-dockerfile", filepath.Join(out, "bundle.Dockerfile"))
+	args := []string{"run", "./hack/bundle-gen", "-version", "0.1.0", "-channels", "alpha", "-default-channel", "alpha"}
+	// Every bundled kube-apiserver image, as hack/bundle.mk lists them.
+	for _, v := range controlplanev1alpha1.BundledVersions {
+		args = append(args, "-related-image", "kube-apiserver-"+strings.ReplaceAll(v, ".", "-")+"=localhost/apiserver-operator/kube-apiserver:"+v)
+	}
+	args = append(args, "-output-dir", filepath.Join(out, "bundle"), "-dockerfile", filepath.Join(out, "bundle.Dockerfile"))
+	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	cmd.Stdin = bytes.NewReader(rendered)
 	var stderr bytes.Buffer

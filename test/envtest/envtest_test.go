@@ -68,6 +68,18 @@ func TestBundledBinaries_ReportTheUpstreamVersions(t *testing.T) {
 	if out := run("kube-apiserver", "--version"); strings.TrimSpace(out) != "Kubernetes "+controlplanev1alpha1.BundledVersion {
 		t.Errorf("kube-apiserver --version prints %q, want %q", strings.TrimSpace(out), "Kubernetes "+controlplanev1alpha1.BundledVersion)
 	}
+	for _, v := range controlplanev1alpha1.BundledVersions {
+		mod := bundledMod
+		if v != controlplanev1alpha1.BundledVersion {
+			mod = filepath.Join(root, "apiserver", "bundled", "go."+v+".mod")
+		}
+		if got := requiredVersion(t, mod, "k8s.io/kubernetes"); got != v {
+			t.Errorf("%s builds k8s.io/kubernetes %s, want %s", mod, got, v)
+		}
+		if out := run("kube-apiserver-"+v, "--version"); strings.TrimSpace(out) != "Kubernetes "+v {
+			t.Errorf("kube-apiserver-%s --version prints %q, want %q", v, strings.TrimSpace(out), "Kubernetes "+v)
+		}
+	}
 	if out := run("kubectl", "version", "--client"); !strings.Contains(out, "Client Version: "+controlplanev1alpha1.BundledVersion) {
 		t.Errorf("kubectl version --client prints %q, want Client Version: %s", out, controlplanev1alpha1.BundledVersion)
 	}
