@@ -69,7 +69,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests into config/
 	go run ./hack/api-docs
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) catalogs ## Generate the deepcopy code, the list of bundled versions and the catalogs of every bundled kube-apiserver.
+generate: $(CONTROLLER_GEN) catalogs $(KUBE_VALIDATORS) ## Generate the deepcopy code, the list of bundled versions, and the catalogs and validators of every bundled kube-apiserver.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 	go run ./hack/versions-gen -versions $(VERSIONS_FILE)
 

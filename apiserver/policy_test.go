@@ -88,7 +88,7 @@ func TestValidateUpdate(t *testing.T) {
 		{"a patch up", func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.0" },
 			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "", ""},
 		{"a skipped minor", func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.35.2" },
-			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "spec.version", "skips a minor version: kube-apiserver upgrades one minor at a time, to v1.36.4 first"},
+			func(s *v1alpha1.ApiServerConfigSpec) { s.Version = "v1.37.1" }, "spec.version", "skips a minor version: kube-apiserver upgrades one minor at a time, to v1.36"},
 		{"a patch down", nil,
 			func(s *v1alpha1.ApiServerConfigSpec) {
 				s.Version, s.Image = "v1.37.0", "registry.example.com/kube-apiserver:v1.37.0"

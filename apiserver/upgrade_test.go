@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,25 +52,39 @@ func TestAdmission_EachVersionIsJudgedByItsOwnCode(t *testing.T) {
 	ctx := context.Background()
 	older := v1alpha1.BundledVersions[len(v1alpha1.BundledVersions)-2]
 
-	// JobValidation is an admission plugin of v1.36 only.
-	onOlder := tenant(func(cfg *v1alpha1.ApiServerConfig) {
-		cfg.Spec.Version = older
-		cfg.Spec.Admission.DisablePlugins = []string{"JobValidation"}
-	})
-	if errs, _ := a.Admit(ctx, nil, onOlder); len(errs) > 0 {
-		t.Fatalf("a %s spec disabling its own JobValidation plugin is refused: %v", older, errs.ToAggregate())
+	// An admission plugin the older version has and the newer has not.
+	oldCatalog, _ := CatalogFor(utilversion.MustParseSemantic(older))
+	newCatalog, _ := CatalogFor(utilversion.MustParseSemantic(v1alpha1.BundledVersion))
+	var gone []string
+	for name := range oldCatalog.AdmissionPlugins {
+		if _, ok := newCatalog.AdmissionPlugins[name]; !ok && name != "AlwaysDeny" {
+			gone = append(gone, name)
+		}
 	}
-	onNewer := onOlder.DeepCopy()
-	onNewer.Spec.Version = v1alpha1.BundledVersion
-	errs, _ := a.Admit(ctx, nil, onNewer)
-	if len(errs) != 1 || errs[0].Field != "spec.admission.disablePlugins[0]" ||
-		!strings.Contains(errs[0].Detail, "kube-apiserver "+v1alpha1.BundledVersion+" has no admission plugin JobValidation") {
-		t.Fatalf("creating a %s spec with JobValidation: want one refusal on spec.admission.disablePlugins[0], got %v", v1alpha1.BundledVersion, errs.ToAggregate())
-	}
-	errs, _ = a.Admit(ctx, onOlder, onNewer)
-	if len(errs) != 1 || errs[0].Field != "spec.admission.disablePlugins[0]" ||
-		!strings.Contains(errs[0].Detail, "was removed in kube-apiserver "+v1alpha1.BundledVersion) {
-		t.Fatalf("upgrading with JobValidation: want one refusal saying it was removed, got %v", errs.ToAggregate())
+	if len(gone) == 0 {
+		t.Logf("no admission plugin of %s is gone in %s: only the upgrade itself is judged", older, v1alpha1.BundledVersion)
+	} else {
+		slices.Sort(gone)
+		plugin := gone[0]
+		onOlder := tenant(func(cfg *v1alpha1.ApiServerConfig) {
+			cfg.Spec.Version = older
+			cfg.Spec.Admission.DisablePlugins = []string{plugin}
+		})
+		if errs, _ := a.Admit(ctx, nil, onOlder); len(errs) > 0 {
+			t.Fatalf("a %s spec disabling its own %s plugin is refused: %v", older, plugin, errs.ToAggregate())
+		}
+		onNewer := onOlder.DeepCopy()
+		onNewer.Spec.Version = v1alpha1.BundledVersion
+		errs, _ := a.Admit(ctx, nil, onNewer)
+		if len(errs) != 1 || errs[0].Field != "spec.admission.disablePlugins[0]" ||
+			!strings.Contains(errs[0].Detail, "kube-apiserver "+v1alpha1.BundledVersion+" has no admission plugin "+plugin) {
+			t.Fatalf("creating a %s spec with %s: want one refusal on spec.admission.disablePlugins[0], got %v", v1alpha1.BundledVersion, plugin, errs.ToAggregate())
+		}
+		errs, _ = a.Admit(ctx, onOlder, onNewer)
+		if len(errs) != 1 || errs[0].Field != "spec.admission.disablePlugins[0]" ||
+			!strings.Contains(errs[0].Detail, "was removed in kube-apiserver "+v1alpha1.BundledVersion) {
+			t.Fatalf("upgrading with %s: want one refusal saying it was removed, got %v", plugin, errs.ToAggregate())
+		}
 	}
 
 	// The upgrade itself, and the same spec without what was removed.

@@ -32,11 +32,14 @@ type envFailure struct {
 	message string
 	// since is when the cause was first seen.
 	since time.Time
+	// grace is added to the stall period: a cause that may go away by
+	// itself after it (a held upgrade's quiet period) stalls only past it.
+	grace time.Duration
 }
 
-// stalled reports whether f has lasted stallAfter at now.
+// stalled reports whether f has lasted stallAfter (and its grace) at now.
 func (f *envFailure) stalled(now time.Time, stallAfter time.Duration) bool {
-	return f != nil && now.Sub(f.since) >= stallAfter
+	return f != nil && now.Sub(f.since) >= stallAfter+f.grace
 }
 
 // failingSince is when the cause reason was first seen: the

@@ -18,36 +18,45 @@ import (
 const DefaultRemovedAPIQuietPeriod = 10 * time.Minute
 
 // removedAPIWatch remembers, per tenant, what the pre-flight of its held
-// upgrade counted, so that it can tell when the calls stopped. It lives in
-// memory: after a restart the quiet period starts again, which only holds
-// an upgrade longer.
+// upgrade counted on each apiserver, so that it can tell when the calls
+// stopped. It lives in memory: after a restart the quiet period starts
+// again, which only holds an upgrade longer.
 type removedAPIWatch struct {
 	mu   sync.Mutex
 	seen map[types.NamespacedName]removedAPICount
 }
 
 // removedAPICount is the last count of calls to removed APIs before an
-// upgrade to target, and when it last grew.
+// upgrade to target, per apiserver pod (by UID), and when a count last
+// grew.
 type removedAPICount struct {
 	target   string
-	requests int64
+	requests map[types.UID]int64
 	grewAt   time.Time
 }
 
-// observe records requests, and returns since when they have not grown.
-func (w *removedAPIWatch) observe(key types.NamespacedName, target string, requests int64, now time.Time) time.Time {
+// observe records the requests each pod counted, and returns since when
+// no pod's count has grown. Each apiserver counts its own requests from
+// its start: a pod seen for the first time with calls counts as growth (a
+// new pod counts only new calls), a pod missing from this look keeps its
+// last count (it may be back, not ready for a moment), and a count lower
+// than before is a restarted apiserver, not a call.
+func (w *removedAPIWatch) observe(key types.NamespacedName, target string, requests map[types.UID]int64, now time.Time) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.seen == nil {
 		w.seen = map[types.NamespacedName]removedAPICount{}
 	}
 	last, ok := w.seen[key]
-	if !ok || last.target != target || requests > last.requests {
-		last = removedAPICount{target: target, requests: requests, grewAt: now}
+	if !ok || last.target != target {
+		last = removedAPICount{target: target, requests: map[types.UID]int64{}, grewAt: now}
 	}
-	// Fewer requests than before: an apiserver restarted and counts anew;
-	// that is no new call.
-	last.requests = requests
+	for uid, n := range requests {
+		if n > last.requests[uid] {
+			last.grewAt = now
+		}
+		last.requests[uid] = n
+	}
 	w.seen[key] = last
 	return last.grewAt
 }
@@ -79,21 +88,25 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 		return fmt.Errorf("reading the running apiservers' metrics before the upgrade to %s: %w", target, err)
 	}
 	var lists [][]apiserver.RemovedAPICalls
+	perPod := map[types.UID]int64{}
 	for _, pod := range p.pods {
 		if pod.Status.PodIP == "" || !podReady(&pod) {
 			continue
 		}
 		data, err := tenant.Metrics(ctx, pod.Status.PodIP)
 		if err != nil {
-			return fmt.Errorf("reading the metrics of apiserver %s before the upgrade to %s (the upgrade waits for them): %w", pod.Name, target, err)
+			return fmt.Errorf("reading the metrics of apiserver %s before the upgrade to %s (the upgrade waits for them; annotate the object with %s=%s to upgrade without them): %w",
+				pod.Name, target, apiserver.AllowRemovedAPICallsAnnotation, target, err)
 		}
 		calls, err := apiserver.ParseRemovedAPICalls(bytes.NewReader(data))
 		if err != nil {
 			return fmt.Errorf("reading the metrics of apiserver %s before the upgrade to %s: %w", pod.Name, target, err)
 		}
+		calls = apiserver.RemovedBy(calls, target)
+		perPod[pod.UID] = apiserver.TotalRequests(calls)
 		lists = append(lists, calls)
 	}
-	removed := apiserver.RemovedBy(apiserver.MergeRemovedAPICalls(lists...), target)
+	removed := apiserver.MergeRemovedAPICalls(lists...)
 	if len(removed) == 0 {
 		r.removedAPIs.forget(key)
 		return nil
@@ -102,24 +115,27 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 	if quiet == 0 {
 		quiet = DefaultRemovedAPIQuietPeriod
 	}
-	grewAt := r.removedAPIs.observe(key, target, apiserver.TotalRequests(removed), p.now)
+	grewAt := r.removedAPIs.observe(key, target, perPod, p.now)
 	if p.now.Sub(grewAt) >= quiet {
 		r.event(p.cfg, "Normal", v1alpha1.ReasonUpgrading, "Preflight",
-			"No client called an API that %s removed for %s: the upgrade from %s goes ahead (calls seen: %s)", target, quiet, v.running, apiserver.DescribeRemovedAPICalls(removed))
+			"No new call to an API that %s removed for %s: the upgrade from %s goes ahead (calls counted: %s)", target, quiet, v.running, apiserver.DescribeRemovedAPICalls(removed))
 		return nil
 	}
 	// The pass ends here: the Deployment keeps the old version, and nothing
 	// that waits for a rollout (a rotation's phase, the re-encryption) may
 	// take the unapplied template for rolled out.
-	p.obs.upgradeHeld = true
+	p.obs.hold = &envFailure{reason: v1alpha1.ReasonRemovedAPIsInUse,
+		message: fmt.Sprintf("upgrade %s → %s held: clients called APIs that %s no longer serves: %s; it goes ahead once no new call came for %s (looked at every %s), or annotate the object with %s=%s to upgrade now",
+			v.running, target, target, apiserver.DescribeRemovedAPICalls(removed), quiet, preflightInterval, apiserver.AllowRemovedAPICallsAnnotation, target),
+		since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonRemovedAPIsInUse, p.now),
+		grace: quiet}
 	p.done = true
-	p.obs.failure = &envFailure{reason: v1alpha1.ReasonRemovedAPIsInUse,
-		message: fmt.Sprintf("upgrade %s → %s held: clients called APIs that %s no longer serves: %s; it goes ahead %s after the last such call, or annotate the object with %s=%s to upgrade now",
-			v.running, target, target, apiserver.DescribeRemovedAPICalls(removed), quiet, apiserver.AllowRemovedAPICallsAnnotation, target),
-		since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonRemovedAPIsInUse, p.now)}
-	p.requeueWithin(min(quiet-p.now.Sub(grewAt), 30*time.Second))
+	p.requeueWithin(min(quiet-p.now.Sub(grewAt), preflightInterval))
 	return nil
 }
+
+// preflightInterval is how often a held upgrade's calls are counted again.
+const preflightInterval = 30 * time.Second
 
 // upgradeNotStarted: the spec asks for a newer minor than every apiserver
 // runs, and no pod of it exists yet, nor does the Deployment's template

@@ -13,15 +13,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
-// callingTenant is a tenant whose clients call an API that v1.37 removed
-// while calling is true: each read of its metrics counts more requests.
+// callingTenant is a tenant whose clients call an API that release
+// ("1.37") removed while calling is true: each read of its metrics counts
+// more requests.
 type callingTenant struct {
+	release  string
 	calling  atomic.Bool
 	requests atomic.Int64
 	reads    atomic.Int64
@@ -39,10 +42,10 @@ func (f *callingTenant) Metrics(context.Context, string) ([]byte, error) {
 		f.requests.Add(3)
 	}
 	return fmt.Appendf(nil, `# TYPE apiserver_requested_deprecated_apis gauge
-apiserver_requested_deprecated_apis{group="networking.k8s.io",removed_release="1.37",resource="ipaddresses",subresource="",version="v1beta1"} 1
+apiserver_requested_deprecated_apis{group="example.k8s.io",removed_release=%q,resource="widgets",subresource="",version="v1beta1"} 1
 # TYPE apiserver_request_total counter
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="networking.k8s.io",resource="ipaddresses",scope="cluster",subresource="",verb="LIST",version="v1beta1"} %d
-`, f.requests.Load()), nil
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="example.k8s.io",resource="widgets",scope="cluster",subresource="",verb="LIST",version="v1beta1"} %d
+`, f.release, f.requests.Load()), nil
 }
 
 // TestApiServerConfigReconciler_HoldsAMinorUpgradeWhileClientsCallRemovedAPIs:
@@ -56,14 +59,13 @@ func TestApiServerConfigReconciler_HoldsAMinorUpgradeWhileClientsCallRemovedAPIs
 		t.Skip("one bundled version")
 	}
 	from, to := v1alpha1.BundledVersions[len(v1alpha1.BundledVersions)-2], v1alpha1.BundledVersion
-	if !apiserver.IsMinorUpgrade(from, to) || !strings.HasPrefix(to, "v1.37.") {
-		t.Skipf("the fake metrics name an API removed in 1.37; %s → %s needs others", from, to)
-	}
+	toV := utilversion.MustParseSemantic(to)
+	release := fmt.Sprintf("%d.%d", toV.Major(), toV.Minor())
 	ctx := context.Background()
 	ns := namespace(t, nil)
 	held := func(name string) (*v1alpha1.ApiServerConfig, *callingTenant, *appsv1.Deployment) {
 		cfg := tenant(ns, name, func(s *v1alpha1.ApiServerConfigSpec) { s.Version = from })
-		fake := &callingTenant{}
+		fake := &callingTenant{release: release}
 		fake.calling.Store(true)
 		testTenants.Store(client.ObjectKeyFromObject(cfg), fake)
 		t.Cleanup(func() { testTenants.Delete(client.ObjectKeyFromObject(cfg)) })
@@ -84,7 +86,7 @@ func TestApiServerConfigReconciler_HoldsAMinorUpgradeWhileClientsCallRemovedAPIs
 			got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
 			deg, prog := conditionOf(got, v1alpha1.ConditionDegraded), conditionOf(got, v1alpha1.ConditionProgressing)
 			if got.Status.ObservedGeneration != got.Generation || deg == nil || deg.Reason != v1alpha1.ReasonRemovedAPIsInUse ||
-				!strings.Contains(deg.Message, "upgrade "+from+" → "+to+" held: clients called APIs that "+to+" no longer serves: networking.k8s.io/v1beta1/ipaddresses (removed in 1.37, ") {
+				!strings.Contains(deg.Message, "upgrade "+from+" → "+to+" held: clients called APIs that "+to+" no longer serves: example.k8s.io/v1beta1/widgets (removed in "+release+", ") {
 				return fmt.Errorf("Degraded is %v", deg)
 			}
 			if prog == nil || prog.Status != metav1.ConditionFalse || prog.Reason != v1alpha1.ReasonRemovedAPIsInUse {
@@ -134,32 +136,36 @@ func TestApiServerConfigReconciler_HoldsAMinorUpgradeWhileClientsCallRemovedAPIs
 }
 
 // TestRemovedAPIWatch: the quiet period counts from the last growth of
-// the requests; a restarted apiserver counting anew is no new call; a new
+// any apiserver's count; a restarted apiserver counting anew, or one
+// missing from a look, is no new call; a new pod with calls is; a new
 // target starts over.
 func TestRemovedAPIWatch(t *testing.T) {
 	var w removedAPIWatch
 	key := types.NamespacedName{Namespace: "n", Name: "t"}
 	t0 := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
 	steps := []struct {
+		name     string
 		target   string
-		requests int64
+		requests map[types.UID]int64
 		at       time.Duration
 		want     time.Duration // grewAt - t0
 	}{
-		{"v1.37.1", 10, 0, 0},
-		{"v1.37.1", 10, time.Minute, 0},
-		{"v1.37.1", 12, 2 * time.Minute, 2 * time.Minute},
-		{"v1.37.1", 4, 3 * time.Minute, 2 * time.Minute},
-		{"v1.37.1", 5, 4 * time.Minute, 4 * time.Minute},
-		{"v1.38.0", 5, 5 * time.Minute, 5 * time.Minute},
+		{"first look", "v1.37.1", map[types.UID]int64{"a": 10, "b": 5}, 0, 0},
+		{"no new call", "v1.37.1", map[types.UID]int64{"a": 10, "b": 5}, time.Minute, 0},
+		{"a calls again", "v1.37.1", map[types.UID]int64{"a": 12, "b": 5}, 2 * time.Minute, 2 * time.Minute},
+		{"b restarted while a got a call: the sum falls, a grew", "v1.37.1", map[types.UID]int64{"a": 13, "b": 0}, 3 * time.Minute, 3 * time.Minute},
+		{"a not ready for a moment", "v1.37.1", map[types.UID]int64{"b": 0}, 4 * time.Minute, 3 * time.Minute},
+		{"a back with its old count", "v1.37.1", map[types.UID]int64{"a": 13, "b": 0}, 5 * time.Minute, 3 * time.Minute},
+		{"a new pod with calls", "v1.37.1", map[types.UID]int64{"a": 13, "b": 0, "c": 1}, 6 * time.Minute, 6 * time.Minute},
+		{"another target", "v1.38.0", map[types.UID]int64{"a": 13, "b": 0, "c": 1}, 7 * time.Minute, 7 * time.Minute},
 	}
-	for i, s := range steps {
+	for _, s := range steps {
 		if got := w.observe(key, s.target, s.requests, t0.Add(s.at)); !got.Equal(t0.Add(s.want)) {
-			t.Errorf("step %d: the requests last grew at +%s, want +%s", i, got.Sub(t0), s.want)
+			t.Errorf("%s: the requests last grew at +%s, want +%s", s.name, got.Sub(t0), s.want)
 		}
 	}
 	w.forget(key)
-	if got := w.observe(key, "v1.38.0", 5, t0.Add(time.Hour)); !got.Equal(t0.Add(time.Hour)) {
+	if got := w.observe(key, "v1.38.0", map[types.UID]int64{"a": 13}, t0.Add(time.Hour)); !got.Equal(t0.Add(time.Hour)) {
 		t.Errorf("after forget, the count starts over: +%s", got.Sub(t0))
 	}
 }

@@ -49,8 +49,9 @@ type observations struct {
 	encryption *encryptionObservation
 	// versions are the kube-apiserver versions the pods run.
 	versions versionObservation
-	// upgradeHeld: the pre-flight holds a minor upgrade (failure says why).
-	upgradeHeld bool
+	// hold is set while the pre-flight holds a minor upgrade: why, since
+	// when, and the quiet period as its grace before it stalls.
+	hold *envFailure
 }
 
 // encryptionObservation is what the Encrypted condition reports.
@@ -121,6 +122,9 @@ func stalledCondition(o observations) metav1.Condition {
 	case o.failure.stalled(o.now, o.stallAfter):
 		return condition(v1alpha1.ConditionStalled, true, o.failure.reason,
 			fmt.Sprintf("%s (for %s)", o.failure.message, o.now.Sub(o.failure.since).Truncate(time.Second)), o.generation)
+	case o.failure == nil && o.hold.stalled(o.now, o.stallAfter):
+		return condition(v1alpha1.ConditionStalled, true, o.hold.reason,
+			fmt.Sprintf("%s (held for %s)", o.hold.message, o.now.Sub(o.hold.since).Truncate(time.Second)), o.generation)
 	}
 	return condition(v1alpha1.ConditionStalled, false, v1alpha1.ReasonReconciled, "", o.generation)
 }
@@ -177,8 +181,8 @@ func rolloutMessage(o observations) string {
 
 // progressingCondition is True while a rollout or scaling is under way.
 func progressingCondition(o observations) metav1.Condition {
-	if o.upgradeHeld && o.failure != nil {
-		return condition(v1alpha1.ConditionProgressing, false, o.failure.reason, capitalize(o.failure.message), o.generation)
+	if o.hold != nil {
+		return condition(v1alpha1.ConditionProgressing, false, o.hold.reason, capitalize(o.hold.message), o.generation)
 	}
 	if o.masterCount > 0 && o.versions.upgrading() {
 		return condition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonUpgrading, capitalize(upgradeMessage(o)), o.generation)
@@ -196,9 +200,9 @@ func degradedCondition(o observations) metav1.Condition {
 	if o.stepErr != nil {
 		return condition(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonReconcileError, fmt.Sprintf("%s: %v", o.failedStep, o.stepErr), o.generation)
 	}
-	if o.failure != nil {
-		c := condition(v1alpha1.ConditionDegraded, true, o.failure.reason, o.failure.message, o.generation)
-		c.LastTransitionTime = metav1.NewTime(o.failure.since)
+	if f := cmpOr(o.failure, o.hold); f != nil {
+		c := condition(v1alpha1.ConditionDegraded, true, f.reason, f.message, o.generation)
+		c.LastTransitionTime = metav1.NewTime(f.since)
 		return c
 	}
 	return condition(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonReconciled, "", o.generation)
@@ -217,9 +221,9 @@ func readyCondition(o observations) metav1.Condition {
 	}
 	var why []string
 	reason := v1alpha1.ReasonProgressing
-	if o.failure != nil {
-		why = append(why, o.failure.message)
-		reason = o.failure.reason
+	if f := cmpOr(o.failure, o.hold); f != nil {
+		why = append(why, f.message)
+		reason = f.reason
 	} else if o.etcdErr != nil {
 		why = append(why, "etcd unreachable")
 		reason = v1alpha1.ReasonEtcdUnreachable
@@ -238,7 +242,7 @@ func readyCondition(o observations) metav1.Condition {
 		if o.podsLeft > 0 {
 			why = append(why, fmt.Sprintf("hibernating: %d apiserver pods still running", o.podsLeft))
 		}
-	} else if !rolloutDone(o.deployment) || o.versions.upgrading() {
+	} else if o.hold == nil && (!rolloutDone(o.deployment) || o.versions.upgrading()) {
 		why = append(why, rolloutMessage(o))
 	}
 	if len(why) > 0 {
@@ -294,6 +298,16 @@ func encryptedCondition(o observations) metav1.Condition {
 		msg += "; a rotation is due and starts when the tenant wakes (masterCount is 0)"
 	}
 	return condition(v1alpha1.ConditionEncrypted, true, v1alpha1.ReasonEncryptionProven, msg, o.generation)
+}
+
+// cmpOr is the first failure that is set.
+func cmpOr(failures ...*envFailure) *envFailure {
+	for _, f := range failures {
+		if f != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 func capitalize(s string) string {

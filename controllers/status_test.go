@@ -184,12 +184,32 @@ func TestConditions(t *testing.T) {
 		want:    want{"Ready": "False/Progressing", "Progressing": "True/Upgrading"},
 		kstatus: kstatus.InProgressStatus, message: "upgrading v1.36.4 → v1.37.1: 2 of 2 apiservers upgraded",
 	}, {
-		name: "an upgrade done",
+		name: "an upgrade held by the pre-flight, within the stall period and the quiet period",
 		mod: func(o *observations) {
-			o.versions = versionObservation{running: "v1.37.1", desired: "v1.37.1", counts: []v1alpha1.VersionStatus{{Version: "v1.37.1", Replicas: 3, ReadyReplicas: 3}}}
+			o.versions = versionObservation{running: "v1.36.4", desired: "v1.37.1", counts: []v1alpha1.VersionStatus{{Version: "v1.36.4", Replicas: 3, ReadyReplicas: 3}}}
+			o.hold = &envFailure{reason: v1alpha1.ReasonRemovedAPIsInUse, message: "upgrade v1.36.4 → v1.37.1 held: the calls", since: now.Add(-DefaultStallAfter), grace: 10 * time.Minute}
 		},
-		want:    want{"Ready": "True/Reconciled", "Progressing": "False/Reconciled"},
-		kstatus: kstatus.CurrentStatus,
+		want: want{"Ready": "False/RemovedAPIsInUse", "Reconciling": "True/RemovedAPIsInUse", "Stalled": "False/Reconciled", "Degraded": "True/RemovedAPIsInUse",
+			"Progressing": "False/RemovedAPIsInUse", "Available": "True/Reconciled"},
+		kstatus: kstatus.InProgressStatus, message: "upgrade v1.36.4 → v1.37.1 held: the calls", progressing: "Upgrade v1.36.4 → v1.37.1 held: the calls",
+	}, {
+		name: "an upgrade held past the stall period and the quiet period stalls",
+		mod: func(o *observations) {
+			o.versions = versionObservation{running: "v1.36.4", desired: "v1.37.1", counts: []v1alpha1.VersionStatus{{Version: "v1.36.4", Replicas: 3, ReadyReplicas: 3}}}
+			o.hold = &envFailure{reason: v1alpha1.ReasonRemovedAPIsInUse, message: "the calls", since: now.Add(-DefaultStallAfter - 10*time.Minute), grace: 10 * time.Minute}
+		},
+		want:    want{"Ready": "False/RemovedAPIsInUse", "Stalled": "True/RemovedAPIsInUse", "Degraded": "True/RemovedAPIsInUse"},
+		kstatus: kstatus.FailedStatus,
+	}, {
+		name: "an environment failure during a held upgrade is what Degraded and Ready name",
+		mod: func(o *observations) {
+			o.versions = versionObservation{running: "v1.36.4", desired: "v1.37.1", counts: []v1alpha1.VersionStatus{{Version: "v1.36.4", Replicas: 3, ReadyReplicas: 3}}}
+			o.hold = &envFailure{reason: v1alpha1.ReasonRemovedAPIsInUse, message: "the calls", since: now, grace: 10 * time.Minute}
+			o.etcdErr = errors.New("etcd https://e:2379 did not answer")
+			o.failure = failing(v1alpha1.ReasonEtcdUnreachable, time.Minute)
+		},
+		want:    want{"Ready": "False/EtcdUnreachable", "Degraded": "True/EtcdUnreachable", "Progressing": "False/RemovedAPIsInUse", "Stalled": "False/Reconciled"},
+		kstatus: kstatus.InProgressStatus,
 	}, {
 		name: "a hibernated tenant's upgrade waits for it to wake",
 		mod: func(o *observations) {
@@ -389,6 +409,11 @@ func TestObserveVersions(t *testing.T) {
 		}
 		return p
 	}
+	ended := func(p corev1.Pod) corev1.Pod {
+		p.Status.Phase = corev1.PodFailed
+		p.Status.Reason = "Evicted"
+		return p
+	}
 	done := deployment(2, 2, true)
 	done.Spec.Template.Annotations = map[string]string{apiserver.VersionAnnotation: "v1.37.1"}
 	cases := []struct {
@@ -406,6 +431,8 @@ func TestObserveVersions(t *testing.T) {
 		{"the last old one shutting down", []corev1.Pod{pod("v1.37.1", true, false), pod("v1.36.4", true, true), pod("v1.37.1", true, false)}, done, "v1.36.4", "v1.37.1",
 			"v1.36.4", "v1.36.4:1/0 v1.37.1:2/2"},
 		{"all new", []corev1.Pod{pod("v1.37.1", true, false), pod("v1.37.1", true, false)}, done, "v1.36.4", "v1.37.1",
+			"v1.37.1", "v1.37.1:2/2"},
+		{"an evicted old pod runs nothing", []corev1.Pod{pod("v1.37.1", true, false), ended(pod("v1.36.4", false, false)), pod("v1.37.1", true, false)}, done, "v1.36.4", "v1.37.1",
 			"v1.37.1", "v1.37.1:2/2"},
 		{"a patch release sorts by version", []corev1.Pod{pod("v1.37.10", true, false), pod("v1.37.9", true, false)}, done, "v1.37.9", "v1.37.10",
 			"v1.37.9", "v1.37.9:1/1 v1.37.10:1/1"},

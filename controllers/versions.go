@@ -41,7 +41,7 @@ func (v versionObservation) upgradedReady() int32 {
 }
 
 // observeVersions counts the pods of each version, by the annotation of
-// their template. A pod without one (made before the operator wrote it)
+// their template; pods that ended run nothing and do not count. A pod without one (made before the operator wrote it)
 // runs what status said last. With no pod, the version is that of a
 // Deployment whose rollout is done (its pods are not in the cache yet, or
 // never are, as in envtest), or else the one that ran last.
@@ -53,6 +53,9 @@ func observeVersions(pods []corev1.Pod, d *appsv1.Deployment, lastRunning, desir
 	}
 	byVersion := map[string]*v1alpha1.VersionStatus{}
 	for i := range pods {
+		if podEnded(&pods[i]) {
+			continue
+		}
 		version := pods[i].Annotations[apiserver.VersionAnnotation]
 		if version == "" {
 			version = unknown
@@ -108,6 +111,12 @@ func compareVersions(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// podEnded: the pod's containers stopped for good (evicted, or done); it
+// stays listed until garbage collection.
+func podEnded(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -34,7 +34,14 @@ func (r *ApiServerConfigReconciler) observeWorkload(ctx context.Context, p *pass
 		return fmt.Errorf("listing the apiserver pods: %w", err)
 	}
 	p.pods = pods.Items
-	p.obs.podsLeft = len(pods.Items)
+	// A pod that ended (evicted, kept until garbage collection) runs
+	// nothing: it neither holds hibernation nor counts as a version.
+	p.obs.podsLeft = 0
+	for i := range pods.Items {
+		if !podEnded(&pods.Items[i]) {
+			p.obs.podsLeft++
+		}
+	}
 	p.obs.versions = observeVersions(p.pods, p.obs.deployment, cfg.Status.Version, cfg.Spec.Version)
 	return nil
 }

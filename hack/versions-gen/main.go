@@ -81,6 +81,10 @@ func readVersions(name string) ([]string, error) {
 		if last != nil && !v.GreaterThan(last) {
 			return nil, fmt.Errorf("%s:%d: %s does not come after v%s: list the versions oldest first", name, n, fields[0], last)
 		}
+		if last != nil && v.Major() == last.Major() && v.Minor() == last.Minor() {
+			// Catalogs and validators are looked up by minor.
+			return nil, fmt.Errorf("%s:%d: %s is a second patch release of v%d.%d: bundle one release of each minor", name, n, fields[0], v.Major(), v.Minor())
+		}
 		last = v
 		versions = append(versions, fields[0])
 	}
