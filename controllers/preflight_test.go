@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -168,4 +169,71 @@ func TestRemovedAPIWatch(t *testing.T) {
 	if got := w.observe(key, "v1.38.0", map[types.UID]int64{"a": 13}, t0.Add(time.Hour)); !got.Equal(t0.Add(time.Hour)) {
 		t.Errorf("after forget, the count starts over: +%s", got.Sub(t0))
 	}
+}
+
+// TestApiServerConfigReconciler_RecordsTheUpgradeOfAHibernatedTenant: the
+// upgrade of a tenant with no apiserver running is recorded (the
+// Deployment's template moves, with no pod), status keeps the version that
+// ran last and says the upgrade happens when the tenant wakes; woken, its
+// apiservers start on the new version and status.version follows.
+func TestApiServerConfigReconciler_RecordsTheUpgradeOfAHibernatedTenant(t *testing.T) {
+	if len(v1alpha1.BundledVersions) < 2 {
+		t.Skip("one bundled version")
+	}
+	from, to := v1alpha1.BundledVersions[len(v1alpha1.BundledVersions)-2], v1alpha1.BundledVersion
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "sleeper", func(s *v1alpha1.ApiServerConfigSpec) { s.Version = from })
+	testTenants.Store(client.ObjectKeyFromObject(cfg), &callingTenant{})
+	t.Cleanup(func() { testTenants.Delete(client.ObjectKeyFromObject(cfg)) })
+	createReady(t, cfg)
+	if got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta}); got.Status.Version != from {
+		t.Fatalf("status.version is %q, want %s", got.Status.Version, from)
+	}
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.MasterCount = ptr.To[int32](0) })
+	d := waitForDeployment(t, cfg)
+	actAsDeploymentController(t, d)
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.Version = to })
+	eventually(t, 20*time.Second, "the hibernated tenant records the upgrade", func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		r := conditionOf(got, v1alpha1.ConditionReady)
+		if got.Status.ObservedGeneration != got.Generation || r == nil || r.Status != metav1.ConditionTrue || r.Reason != v1alpha1.ReasonHibernated ||
+			!strings.Contains(r.Message, "the upgrade "+from+" → "+to+" happens when it wakes") {
+			return fmt.Errorf("Ready is %v", r)
+		}
+		if got.Status.Version != from || len(got.Status.Versions) != 0 {
+			return fmt.Errorf("status.version %q, versions %v; want %s and none", got.Status.Version, got.Status.Versions, from)
+		}
+		if v := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta}).Spec.Template.Annotations[apiserver.VersionAnnotation]; v != to {
+			return fmt.Errorf("the Deployment's template is on %s", v)
+		}
+		return nil
+	})
+	// Woken: the apiserver starts on the new version.
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.MasterCount = ptr.To[int32](1) })
+	eventually(t, 20*time.Second, "the Deployment wants one apiserver again", func() error {
+		if n := *get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta}).Spec.Replicas; n != 1 {
+			return fmt.Errorf("%d replicas", n)
+		}
+		return nil
+	})
+	actAsDeploymentController(t, d)
+	pod := createAPIServerPod(t, cfg, "sleeper-apiserver-x")
+	pod.Annotations = map[string]string{apiserver.VersionAnnotation: to}
+	if err := env.Client.Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := env.Client.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "status.version follows the woken apiserver", func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		if got.Status.Version != to || len(got.Status.Versions) != 1 || got.Status.Versions[0] != (v1alpha1.VersionStatus{Version: to, Replicas: 1, ReadyReplicas: 1}) {
+			return fmt.Errorf("status.version %q, versions %+v", got.Status.Version, got.Status.Versions)
+		}
+		if r := conditionOf(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionTrue || r.Reason != v1alpha1.ReasonReconciled {
+			return fmt.Errorf("Ready is %v", r)
+		}
+		return nil
+	})
 }
