@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -112,9 +113,13 @@ func TestApiServerConfigReconciler_HoldsAMinorUpgradeWhileClientsCallRemovedAPIs
 
 	// Acknowledged: the upgrade goes at once, calls or not.
 	acked, _, ackedDeploy := held("acked")
-	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: acked.ObjectMeta})
-	got.Annotations = map[string]string{apiserver.AllowRemovedAPICallsAnnotation: to}
-	if err := env.Client.Update(ctx, got); err != nil {
+	// As kubectl annotate does: again on a conflict with a status write.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: acked.ObjectMeta})
+		got.Annotations = map[string]string{apiserver.AllowRemovedAPICallsAnnotation: to}
+		return env.Client.Update(ctx, got)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitUpgraded(ackedDeploy, 15*time.Second, "the acknowledged upgrade goes ahead")
