@@ -434,6 +434,8 @@ func TestObserveVersions(t *testing.T) {
 			"v1.37.1", "v1.37.1:2/2"},
 		{"an evicted old pod runs nothing", []corev1.Pod{pod("v1.37.1", true, false), ended(pod("v1.36.4", false, false)), pod("v1.37.1", true, false)}, done, "v1.36.4", "v1.37.1",
 			"v1.37.1", "v1.37.1:2/2"},
+		{"an old pod being deleted counts until it is gone, its phase terminal", []corev1.Pod{pod("v1.37.1", true, false), ended(pod("v1.36.4", false, true)), pod("v1.37.1", true, false)}, done, "v1.36.4", "v1.37.1",
+			"v1.36.4", "v1.36.4:1/0 v1.37.1:2/2"},
 		{"a patch release sorts by version", []corev1.Pod{pod("v1.37.10", true, false), pod("v1.37.9", true, false)}, done, "v1.37.9", "v1.37.10",
 			"v1.37.9", "v1.37.9:1/1 v1.37.10:1/1"},
 		{"pods from before the annotation run what status said", []corev1.Pod{pod("", true, false), pod("v1.37.1", true, false)}, done, "v1.36.4", "v1.37.1",

@@ -113,10 +113,12 @@ func compareVersions(a, b string) int {
 	return 0
 }
 
-// podEnded: the pod's containers stopped for good (evicted, or done); it
-// stays listed until garbage collection.
+// podEnded: the pod ended and nobody removes it: evicted (Failed), it
+// stays listed until garbage collection. A pod being deleted counts until
+// it is gone, whatever its phase (kubelet gives it a terminal phase once
+// its containers stopped, before the API server removes it).
 func podEnded(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+	return p.DeletionTimestamp == nil && (p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded)
 }
 
 func podReady(p *corev1.Pod) bool {

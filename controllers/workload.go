@@ -34,8 +34,8 @@ func (r *ApiServerConfigReconciler) observeWorkload(ctx context.Context, p *pass
 		return fmt.Errorf("listing the apiserver pods: %w", err)
 	}
 	p.pods = pods.Items
-	// A pod that ended (evicted, kept until garbage collection) runs
-	// nothing: it neither holds hibernation nor counts as a version.
+	// A pod that ended and stays (evicted, kept until garbage collection)
+	// runs nothing: it neither holds hibernation nor counts as a version.
 	p.obs.podsLeft = 0
 	for i := range pods.Items {
 		if !podEnded(&pods.Items[i]) {
