@@ -2,8 +2,8 @@ package apiserver
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -119,7 +119,7 @@ func upgradePolicy(oldSpec, spec *v1alpha1.ApiServerConfigSpec) field.ErrorList 
 			}
 		}
 	}
-	for _, name := range sortedKeys(spec.FeatureGates) {
+	for _, name := range slices.Sorted(maps.Keys(spec.FeatureGates)) {
 		_, had := from.FeatureGates[name]
 		g, has := to.FeatureGates[name]
 		switch {
@@ -161,7 +161,7 @@ func upgradePolicy(oldSpec, spec *v1alpha1.ApiServerConfigSpec) field.ErrorList 
 		resourceRemoved(r.Group, r.Resource, specPath.Child("cacheSizing", "disabledResources").Index(i))
 	}
 	fromGVs, toGVs := from.GroupVersions(), to.GroupVersions()
-	for _, key := range sortedKeys(spec.RuntimeConfig) {
+	for _, key := range slices.Sorted(maps.Keys(spec.RuntimeConfig)) {
 		gv := key
 		if gv == "v1" || gv == "api/v1" {
 			continue
@@ -183,15 +183,6 @@ func (c *Catalog) GroupVersions() map[string]bool {
 		}
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // replaceByField drops from errs every error on a field that better

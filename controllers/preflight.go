@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -71,15 +72,14 @@ func (w *removedAPIWatch) forget(key types.NamespacedName) {
 // clients still call APIs the target no longer serves, as the running
 // apiservers' own metrics tell: the pass ends before the Deployment step,
 // so the Deployment keeps its template, and status names the APIs and the
-// count. The
-// upgrade goes ahead once no such call came for the quiet period, or when
-// the user acknowledges with AllowRemovedAPICallsAnnotation set to the
-// target version.
+// count. The upgrade goes ahead once no such call came for the quiet
+// period, or when the user acknowledges with
+// AllowRemovedAPICallsAnnotation set to the target version.
 func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pass) error {
 	key := types.NamespacedName{Namespace: p.cfg.Namespace, Name: p.cfg.Name}
 	v := p.obs.versions
 	target := p.c.Spec.Version
-	if !r.upgradeNotStarted(p) || p.cfg.Annotations[apiserver.AllowRemovedAPICallsAnnotation] == target {
+	if !upgradeNotStarted(p) || p.cfg.Annotations[apiserver.AllowRemovedAPICallsAnnotation] == target {
 		r.removedAPIs.forget(key)
 		return nil
 	}
@@ -117,7 +117,7 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 	}
 	grewAt := r.removedAPIs.observe(key, target, perPod, p.now)
 	if p.now.Sub(grewAt) >= quiet {
-		r.event(p.cfg, "Normal", v1alpha1.ReasonUpgrading, "Preflight",
+		r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonUpgrading, "Preflight",
 			"No new call to an API that %s removed for %s: the upgrade from %s goes ahead (calls counted: %s)", target, quiet, v.running, apiserver.DescribeRemovedAPICalls(removed))
 		return nil
 	}
@@ -140,7 +140,7 @@ const preflightInterval = 30 * time.Second
 // upgradeNotStarted: the spec asks for a newer minor than every apiserver
 // runs, and no pod of it exists yet, nor does the Deployment's template
 // ask for it (an upgrade under way is never held halfway).
-func (r *ApiServerConfigReconciler) upgradeNotStarted(p *pass) bool {
+func upgradeNotStarted(p *pass) bool {
 	v := p.obs.versions
 	if p.obs.masterCount == 0 || !apiserver.IsMinorUpgrade(v.running, p.c.Spec.Version) {
 		return false

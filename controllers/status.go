@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -200,7 +201,7 @@ func degradedCondition(o observations) metav1.Condition {
 	if o.stepErr != nil {
 		return condition(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonReconcileError, fmt.Sprintf("%s: %v", o.failedStep, o.stepErr), o.generation)
 	}
-	if f := cmpOr(o.failure, o.hold); f != nil {
+	if f := cmp.Or(o.failure, o.hold); f != nil {
 		c := condition(v1alpha1.ConditionDegraded, true, f.reason, f.message, o.generation)
 		c.LastTransitionTime = metav1.NewTime(f.since)
 		return c
@@ -221,7 +222,7 @@ func readyCondition(o observations) metav1.Condition {
 	}
 	var why []string
 	reason := v1alpha1.ReasonProgressing
-	if f := cmpOr(o.failure, o.hold); f != nil {
+	if f := cmp.Or(o.failure, o.hold); f != nil {
 		why = append(why, f.message)
 		reason = f.reason
 	} else if o.etcdErr != nil {
@@ -298,16 +299,6 @@ func encryptedCondition(o observations) metav1.Condition {
 		msg += "; a rotation is due and starts when the tenant wakes (masterCount is 0)"
 	}
 	return condition(v1alpha1.ConditionEncrypted, true, v1alpha1.ReasonEncryptionProven, msg, o.generation)
-}
-
-// cmpOr is the first failure that is set.
-func cmpOr(failures ...*envFailure) *envFailure {
-	for _, f := range failures {
-		if f != nil {
-			return f
-		}
-	}
-	return nil
 }
 
 func capitalize(s string) string {

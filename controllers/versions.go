@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -41,8 +42,9 @@ func (v versionObservation) upgradedReady() int32 {
 }
 
 // observeVersions counts the pods of each version, by the annotation of
-// their template; pods that ended run nothing and do not count. A pod without one (made before the operator wrote it)
-// runs what status said last. With no pod, the version is that of a
+// their template; pods that ended run nothing and do not count. A pod
+// without the annotation (made before the operator wrote it) runs what
+// status said last. With no pod, the version is that of a
 // Deployment whose rollout is done (its pods are not in the cache yet, or
 // never are, as in envtest), or else the one that ran last.
 func observeVersions(pods []corev1.Pod, d *appsv1.Deployment, lastRunning, desired string) versionObservation {
@@ -89,28 +91,17 @@ func observeVersions(pods []corev1.Pod, d *appsv1.Deployment, lastRunning, desir
 // after them by name.
 func compareVersions(a, b string) int {
 	va, errA := utilversion.ParseSemantic(a)
-	vb, errB := utilversion.ParseSemantic(b)
+	_, errB := utilversion.ParseSemantic(b)
 	switch {
 	case errA == nil && errB == nil:
-		switch {
-		case va.LessThan(vb):
-			return -1
-		case vb.LessThan(va):
-			return 1
-		}
-		return 0
+		r, _ := va.Compare(b)
+		return r
 	case errA == nil:
 		return -1
 	case errB == nil:
 		return 1
 	}
-	if a < b {
-		return -1
-	}
-	if a > b {
-		return 1
-	}
-	return 0
+	return cmp.Compare(a, b)
 }
 
 // podEnded: the pod ended and nobody removes it: evicted (Failed), it

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
-	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/test/localcluster"
 )
 
@@ -131,11 +130,8 @@ func sortedKeys(m map[string]int32) []string { return slices.Sorted(maps.Keys(m)
 // podsReady reports whether every apiserver pod is Ready: in the Service.
 func podsReady(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) bool {
 	t.Helper()
-	pods := &corev1.PodList{}
-	if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
+	pods := apiserverPods(t, c, cfg)
+	for _, p := range pods {
 		ready := false
 		for _, cond := range p.Status.Conditions {
 			ready = ready || (cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue)
@@ -144,7 +140,7 @@ func podsReady(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) boo
 			return false
 		}
 	}
-	return len(pods.Items) > 0
+	return len(pods) > 0
 }
 
 // waitConditions waits until the tenant's conditions hold what want says

@@ -41,36 +41,26 @@ type kstatusSeen struct {
 func trackKstatus(t *testing.T, c client.Client, key client.ObjectKey) *kstatusTrack {
 	t.Helper()
 	tr := &kstatusTrack{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			u := &unstructured.Unstructured{}
-			u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("ApiServerConfig"))
-			if err := c.Get(ctx, key, u); err == nil {
-				if res, err := kstatus.Compute(u); err == nil {
-					s := kstatusSeen{status: res.Status, message: res.Message}
-					for _, cond := range res.Conditions {
-						if cond.Type == kstatus.ConditionStalled && cond.Status == corev1.ConditionTrue {
-							s.stalled = cond.Reason
-						}
-					}
-					tr.mu.Lock()
-					tr.seen = append(tr.seen, s)
-					tr.mu.Unlock()
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+	t.Cleanup(startPolling(200*time.Millisecond, func(ctx context.Context) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("ApiServerConfig"))
+		if err := c.Get(ctx, key, u); err != nil {
+			return
+		}
+		res, err := kstatus.Compute(u)
+		if err != nil {
+			return
+		}
+		s := kstatusSeen{status: res.Status, message: res.Message}
+		for _, cond := range res.Conditions {
+			if cond.Type == kstatus.ConditionStalled && cond.Status == corev1.ConditionTrue {
+				s.stalled = cond.Reason
 			}
 		}
-	}()
+		tr.mu.Lock()
+		tr.seen = append(tr.seen, s)
+		tr.mu.Unlock()
+	}))
 	return tr
 }
 

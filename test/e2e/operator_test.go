@@ -308,6 +308,38 @@ func (l *clientLoop) finish(t testing.TB, what string) {
 	}
 }
 
+// apiserverPods are the apiserver pods of cfg, as the management cluster
+// lists them.
+func apiserverPods(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// startPolling calls read every interval, in a goroutine, until the
+// returned stop is called; stop waits for the last call to end.
+func startPolling(interval time.Duration, read func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			read(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // managementKubectl is kubectl against the management cluster.
 func managementKubectl(t testing.TB, args ...string) string {
 	t.Helper()

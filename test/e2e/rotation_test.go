@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
-	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
 // rotationPhase is the phase of a rotation in status.
@@ -50,12 +49,9 @@ func waitPhase(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, nam
 // podUIDs are the apiserver pods of cfg.
 func podUIDs(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) map[string]int32 {
 	t.Helper()
-	pods := &corev1.PodList{}
-	if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
-		t.Fatal(err)
-	}
+	pods := apiserverPods(t, c, cfg)
 	out := map[string]int32{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		for _, s := range p.Status.ContainerStatuses {
 			out[string(p.UID)] = s.RestartCount
 		}

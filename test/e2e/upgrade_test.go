@@ -48,41 +48,29 @@ type statusSeen struct {
 type statusTrail struct {
 	mu   sync.Mutex
 	seen []statusSeen
-	stop context.CancelFunc
-	done chan struct{}
+	stop func()
 }
 
 func trackStatus(c client.Client, key client.ObjectKey) *statusTrail {
-	ctx, cancel := context.WithCancel(context.Background())
-	tr := &statusTrail{stop: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(tr.done)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			got := &v1alpha1.ApiServerConfig{}
-			if err := c.Get(ctx, key, got); err == nil {
-				s := statusSeen{version: got.Status.Version, versions: got.Status.Versions}
-				if p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing); p != nil {
-					s.progressing = *p
-				}
-				tr.mu.Lock()
-				tr.seen = append(tr.seen, s)
-				tr.mu.Unlock()
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	tr := &statusTrail{}
+	tr.stop = startPolling(200*time.Millisecond, func(ctx context.Context) {
+		got := &v1alpha1.ApiServerConfig{}
+		if err := c.Get(ctx, key, got); err != nil {
+			return
 		}
-	}()
+		s := statusSeen{version: got.Status.Version, versions: got.Status.Versions}
+		if p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing); p != nil {
+			s.progressing = *p
+		}
+		tr.mu.Lock()
+		tr.seen = append(tr.seen, s)
+		tr.mu.Unlock()
+	})
 	return tr
 }
 
 func (tr *statusTrail) finish() []statusSeen {
 	tr.stop()
-	<-tr.done
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return tr.seen
@@ -99,12 +87,9 @@ func (tr *statusTrail) mixed() bool {
 // its own address (from inside the node: the Service would pick one).
 func endpointVersions(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, rc *rest.Config) map[string]string {
 	t.Helper()
-	pods := &corev1.PodList{}
-	if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
-		t.Fatal(err)
-	}
+	pods := apiserverPods(t, c, cfg)
 	out := map[string]string{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
 			continue
 		}
