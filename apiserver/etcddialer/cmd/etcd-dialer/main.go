@@ -1,0 +1,136 @@
+// Command etcd-dialer is the etcd dialer sidecar of a kube-apiserver pod. It
+// answers the HTTP CONNECT requests of kube-apiserver's egress selector on a
+// Unix socket and holds them while etcd is down (see package etcddialer).
+// It needs no cgo: built with CGO_ENABLED=0 it is a static binary.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
+)
+
+// idleBeforeExit is how long no connection must have been open after
+// SIGTERM before the dialer exits.
+const idleBeforeExit = 2 * time.Second
+
+// maxHold is gRPC's minimum connect timeout: a CONNECT held longer would be
+// answered after kube-apiserver's attempt had already timed out.
+const maxHold = 20 * time.Second
+
+func main() {
+	socket := flag.String("socket", "", "Path of the Unix socket kube-apiserver's egress selector connects to (required).")
+	allow := flag.String("allow", "", "Comma-separated host:port of the etcd servers that may be dialled (required).")
+	hold := flag.Duration("hold", etcddialer.DefaultHold, "How long a CONNECT waits for etcd before it is answered 503; below 20s.")
+	retryInterval := flag.Duration("retry-interval", etcddialer.DefaultRetryInterval, "Pause between failed dials to etcd.")
+	flag.Parse()
+
+	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(log, *socket, *allow, *hold, *retryInterval); err != nil {
+		log.Error(err, "Stopped")
+		os.Exit(1)
+	}
+}
+
+func run(log logr.Logger, socket, allow string, hold, retryInterval time.Duration) error {
+	if socket == "" {
+		return errors.New("--socket is required")
+	}
+	allowed, err := parseAllowed(allow)
+	if err != nil {
+		return err
+	}
+	if hold <= 0 || hold >= maxHold {
+		return fmt.Errorf("--hold=%s: must be above 0 and below %s, gRPC's minimum connect timeout", hold, maxHold)
+	}
+	if retryInterval <= 0 {
+		return fmt.Errorf("--retry-interval=%s: must be above 0", retryInterval)
+	}
+
+	l, err := etcddialer.Listen(socket)
+	if err != nil {
+		return err
+	}
+	s := &etcddialer.Server{
+		Allowed:       allowed,
+		Hold:          hold,
+		RetryInterval: retryInterval,
+		Log:           log,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		stopWhenIdle(log, s, signals)
+		cancel()
+	}()
+	log.Info("Serving", "socket", socket, "allowed", allowed, "hold", hold, "retryInterval", retryInterval)
+	return s.Serve(ctx, l)
+}
+
+// stopWhenIdle returns after a termination signal once no connection has been
+// open for idleBeforeExit, or at once on a second signal.
+//
+// SIGTERM does not stop the dialer while connections are open, nor does it
+// refuse new ones: kube-apiserver, terminated alongside it, keeps using etcd
+// during its own graceful shutdown and may reconnect meanwhile. As a native
+// sidecar the dialer is stopped only after kube-apiserver has exited, and its
+// connections end with it, so the wait is short; otherwise the kubelet's
+// SIGKILL at the end of the grace period bounds it.
+func stopWhenIdle(log logr.Logger, s *etcddialer.Server, signals <-chan os.Signal) {
+	sig := <-signals
+	log.Info("Stopping once no connection has been open for a while", "signal", sig.String(), "idle", idleBeforeExit)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	idleSince := time.Now()
+	for {
+		select {
+		case sig := <-signals:
+			log.Info("Stopping at once", "signal", sig.String())
+			return
+		case now := <-tick.C:
+			if s.Active() > 0 {
+				idleSince = now
+			} else if now.Sub(idleSince) >= idleBeforeExit {
+				return
+			}
+		}
+	}
+}
+
+// parseAllowed splits the --allow list and checks that each entry is a
+// host:port, the form the CONNECT requests name etcd in.
+func parseAllowed(allow string) ([]string, error) {
+	var allowed []string
+	for a := range strings.SplitSeq(allow, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("--allow: %w", err)
+		}
+		if host == "" || port == "" {
+			return nil, fmt.Errorf("--allow: %q: host and port are both required", a)
+		}
+		allowed = append(allowed, a)
+	}
+	if len(allowed) == 0 {
+		return nil, errors.New("--allow is required")
+	}
+	return allowed, nil
+}

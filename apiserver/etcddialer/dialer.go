@@ -1,0 +1,306 @@
+// Package etcddialer is a dialer sidecar that holds kube-apiserver's
+// connection to etcd while etcd is down.
+//
+// kube-apiserver's etcd client reconnects with gRPC's exponential backoff
+// (1 s growing by 1.6 times up to 120 s) after each refused connection, so
+// after an etcd outage of half a minute it serves again only seconds after
+// etcd is back. Pointed at this dialer through its egress selector (selection
+// etcd, HTTPConnect over a Unix socket), kube-apiserver asks for each
+// connection with an HTTP CONNECT request. Instead of refusing while etcd is
+// down, the dialer keeps that request pending and retries etcd every
+// RetryInterval: it answers 200 and splices the bytes as soon as etcd accepts
+// a TCP connection, or 503 once Hold has passed. Hold stays below gRPC's
+// minimum connect timeout of 20 s, so a refused attempt fails in time, gRPC
+// backs off briefly and its next attempt is held again. kube-apiserver thus
+// reconnects within about RetryInterval of etcd's return.
+package etcddialer
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+const (
+	// DefaultHold is below gRPC's minimum connect timeout (20 s): a CONNECT
+	// answered later would find the attempt's deadline already passed.
+	DefaultHold = 15 * time.Second
+	// DefaultRetryInterval is how late kube-apiserver may learn that etcd is back.
+	DefaultRetryInterval = 200 * time.Millisecond
+	// DefaultDialTimeout bounds an attempt to a host that drops packets.
+	DefaultDialTimeout = time.Second
+
+	// requestTimeout bounds reading a request and writing an answer, so that
+	// a client that never sends or never reads does not keep a goroutine.
+	requestTimeout = 5 * time.Second
+	// maxRequestBytes bounds the memory a request may take, as net/http does.
+	maxRequestBytes = http.DefaultMaxHeaderBytes
+)
+
+// The answers carry no body: kube-apiserver's client refuses a connection
+// with bytes buffered after the response header.
+const (
+	answerEstablished = "HTTP/1.1 200 Connection established\r\n\r\n"
+	answerBadRequest  = "HTTP/1.1 400 Bad Request\r\n\r\n"
+	answerForbidden   = "HTTP/1.1 403 Forbidden\r\n\r\n"
+	answerNotAllowed  = "HTTP/1.1 405 Method Not Allowed\r\n\r\n"
+	answerUnavailable = "HTTP/1.1 503 Service Unavailable\r\n\r\n"
+)
+
+// Server answers HTTP CONNECT requests for the etcd servers in Allowed.
+type Server struct {
+	// Allowed lists the host:port the dialer may connect to (from the etcd
+	// URLs); a CONNECT to anything else gets 403.
+	Allowed []string
+	// Hold is how long a CONNECT waits for etcd before 503; 0 means DefaultHold.
+	Hold time.Duration
+	// RetryInterval is the pause between failed dials; 0 means DefaultRetryInterval.
+	RetryInterval time.Duration
+	// DialTimeout bounds each dial attempt; 0 means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// Dial connects to etcd; nil means (&net.Dialer{}).DialContext.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Log receives a line when a CONNECT is held, connects after being held
+	// or gives up; the zero Logger discards.
+	Log logr.Logger
+
+	active atomic.Int64
+	// connDone, if set, is called when a connection has been handled and all
+	// its goroutines have ended; tests wait on it.
+	connDone func()
+}
+
+// Active returns the number of client connections being handled.
+func (s *Server) Active() int {
+	return int(s.active.Load())
+}
+
+// Serve answers the connections l accepts, each in its own goroutine, until
+// ctx is done (then it closes l and returns nil) or Accept fails. Spliced
+// connections outlive Serve and end when either side closes; held ones
+// answer 503 when ctx is done.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
+	defer stop()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			_ = l.Close()
+			return fmt.Errorf("accepting connections: %w", err)
+		}
+		s.active.Add(1)
+		go func() {
+			s.handle(ctx, conn)
+			s.active.Add(-1)
+			if s.connDone != nil {
+				s.connDone()
+			}
+		}()
+	}
+}
+
+// Listen listens on the Unix socket at path, replacing a socket left behind
+// by an earlier run, and lets the socket's group (the pod's fsGroup) connect.
+func Listen(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("listening on %s: a file that is not a socket is in the way", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil { //nolint:gosec // G302: kube-apiserver may run as another user of the pod's group.
+		_ = l.Close()
+		return nil, fmt.Errorf("setting the permissions of %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// handle answers one CONNECT request and, once etcd accepts, splices the
+// connection to etcd's.
+func (s *Server) handle(ctx context.Context, conn net.Conn) {
+	defer func() { _ = conn.Close() }()
+
+	_ = conn.SetDeadline(time.Now().Add(requestTimeout))
+	br := bufio.NewReader(io.LimitReader(conn, maxRequestBytes))
+	req, err := http.ReadRequest(br)
+	switch {
+	case err != nil:
+		answer(conn, answerBadRequest)
+		return
+	case req.Method != http.MethodConnect:
+		answer(conn, answerNotAllowed)
+		return
+	case !slices.Contains(s.Allowed, req.RequestURI):
+		answer(conn, answerForbidden)
+		return
+	case br.Buffered() > 0:
+		// A TLS client speaks only once the tunnel is established: bytes
+		// sent with the request belong to a client that does not wait.
+		answer(conn, answerBadRequest)
+		return
+	}
+	target := req.RequestURI
+	_ = conn.SetDeadline(time.Time{})
+
+	// While the request is held, a read on the client notices when it
+	// leaves: kube-apiserver closes its side when its attempt times out.
+	holdCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type readResult struct {
+		n   int
+		err error
+	}
+	watched := make(chan readResult, 1)
+	go func() {
+		var b [1]byte
+		n, err := conn.Read(b[:])
+		cancel()
+		watched <- readResult{n, err}
+	}()
+
+	start := time.Now()
+	up, dialErr := s.dialHeld(holdCtx, target)
+
+	// Interrupt the watching read so that the connection has a single reader.
+	_ = conn.SetReadDeadline(time.Now())
+	watch := <-watched
+	_ = conn.SetReadDeadline(time.Time{})
+	// Only the interruption ends the read with a deadline error; any other
+	// error (EOF first of all) means that the client has gone.
+	sent := watch.n > 0
+	clientLeft := !sent && !errors.Is(watch.err, os.ErrDeadlineExceeded)
+	if up != nil && (clientLeft || sent) {
+		_ = up.Close()
+		up = nil
+	}
+	switch {
+	case sent:
+		answer(conn, answerBadRequest)
+	case clientLeft:
+		// Nobody is waiting for an answer.
+		if dialErr != nil {
+			s.Log.Info("Client left while held", "target", target, "waited", time.Since(start))
+		}
+	case up == nil:
+		s.Log.Info("Gave up waiting for etcd", "target", target, "waited", time.Since(start), "err", dialErr)
+		answer(conn, answerUnavailable)
+	default:
+		if answer(conn, answerEstablished) {
+			splice(conn, up)
+		} else {
+			_ = up.Close()
+		}
+	}
+}
+
+// dialHeld dials target until it accepts, Hold has passed or ctx is done.
+// It returns the last dial error when it gives up.
+func (s *Server) dialHeld(ctx context.Context, target string) (net.Conn, error) {
+	dial := s.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	start := time.Now()
+	giveUp := start.Add(s.hold())
+	var lastErr error
+	for {
+		remaining := time.Until(giveUp)
+		if remaining <= 0 {
+			return nil, lastErr
+		}
+		dialCtx, cancel := context.WithTimeout(ctx, min(s.dialTimeout(), remaining))
+		up, err := dial(dialCtx, "tcp", target)
+		cancel()
+		if err == nil {
+			if lastErr != nil {
+				s.Log.Info("Connected to etcd after holding", "target", target, "waited", time.Since(start))
+			}
+			return up, nil
+		}
+		err = fmt.Errorf("dialing etcd %s: %w", target, err)
+		if lastErr == nil {
+			s.Log.Info("Holding CONNECT until etcd accepts", "target", target, "err", err)
+		}
+		lastErr = err
+		t := time.NewTimer(min(s.retryInterval(), time.Until(giveUp)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, lastErr
+		case <-t.C:
+		}
+	}
+}
+
+// answer writes a status line, reporting whether the client took it.
+func answer(conn net.Conn, status string) bool {
+	_ = conn.SetWriteDeadline(time.Now().Add(requestTimeout))
+	_, err := io.WriteString(conn, status)
+	_ = conn.SetWriteDeadline(time.Time{})
+	return err == nil
+}
+
+// splice copies bytes both ways until both directions have ended or one
+// fails. The end of one direction is passed on as a half-close, since etcd's
+// client and server may still have bytes to send the other way. The
+// connections are copied as they are so that Go can splice them in the kernel.
+func splice(client, up net.Conn) {
+	errs := make(chan error, 2)
+	copyHalf := func(dst, src net.Conn) {
+		_, err := io.Copy(dst, src)
+		if err == nil {
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+				err = cw.CloseWrite()
+			} else {
+				err = errors.New("half-close not supported")
+			}
+		}
+		errs <- err
+	}
+	go copyHalf(up, client)
+	go copyHalf(client, up)
+	closed := false
+	for range 2 {
+		if err := <-errs; err != nil && !closed {
+			// Closing both ends the other direction's copy.
+			closed = true
+			_ = client.Close()
+			_ = up.Close()
+		}
+	}
+	_ = client.Close()
+	_ = up.Close()
+}
+
+func (s *Server) hold() time.Duration {
+	return cmp.Or(s.Hold, DefaultHold)
+}
+
+func (s *Server) retryInterval() time.Duration {
+	return cmp.Or(s.RetryInterval, DefaultRetryInterval)
+}
+
+func (s *Server) dialTimeout() time.Duration {
+	return cmp.Or(s.DialTimeout, DefaultDialTimeout)
+}
