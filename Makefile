@@ -31,6 +31,11 @@ KUBECTL ?= $(LOCALBIN)/kubectl
 # (apiserver/upstream), named by version: admission runs the one of the
 # spec's version.
 KUBE_APISERVERS := $(foreach v,$(KUBE_VERSIONS),$(LOCALBIN)/kube-apiserver-$(v))
+# The etcd dialer sidecar's image is tagged with its own version
+# (apiserver/etcddialer/version.go), not the operator's.
+ETCD_DIALER_VERSION := $(shell sed -n 's/^const Version = "\(.*\)"$$/\1/p' apiserver/etcddialer/version.go)
+ETCD_DIALER_IMAGE ?= localhost/apiserver-operator/etcd-dialer:$(ETCD_DIALER_VERSION)
+ETCD_DIALER_SOURCES := $(shell find apiserver/etcddialer -name '*.go' -not -name '*_test.go' 2>/dev/null)
 KUBE_VALIDATORS := $(foreach v,$(KUBE_VERSIONS),$(LOCALBIN)/kube-apiserver-validator-$(v))
 
 # modfile is the module file a version builds from: go.mod for the newest,

@@ -69,6 +69,7 @@ type options struct {
 	webhookService       string
 	webhookConfiguration string
 	imageRepository      string
+	etcdDialerImage      string
 	concurrency          int
 	pprofAddr            string
 	metricsCertDir       string
@@ -107,6 +108,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"How many ApiServerConfigs are reconciled at once. Each one is reconciled by one worker at a time.")
 	fs.StringVar(&o.imageRepository, "apiserver-image-repository", apiserver.DefaultImageRepository,
 		"Repository of the bundled kube-apiserver image; its tag is the ApiServerConfig's version.")
+	fs.StringVar(&o.etcdDialerImage, "etcd-dialer-image", apiserver.DefaultEtcdDialerImage,
+		"Image of the etcd dialer, the sidecar through which each kube-apiserver reaches etcd: it holds kube-apiserver's connection while etcd is down, so that kube-apiserver serves again within moments of etcd's return.")
 	fs.BoolVar(&o.webhooks, "webhooks", true,
 		"Serve the validating admission webhook; turn off only where no ValidatingWebhookConfiguration points at this manager.")
 	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 1500*time.Millisecond,
@@ -236,6 +239,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		Recorder:                mgr.GetEventRecorder("apiserver-operator"),
 		Etcd:                    controllers.EtcdV3{},
 		ImageRepository:         o.imageRepository,
+		EtcdDialerImage:         o.etcdDialerImage,
 		MaxConcurrentReconciles: o.concurrency,
 		Namespaces:              mgrOpts.Cache.DefaultNamespaces,
 		StallAfter:              o.stallAfter,

@@ -25,6 +25,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	file := fs.String("f", "-", "ApiServerConfig manifest to render; - reads standard input.")
 	repo := fs.String("apiserver-image-repository", apiserver.DefaultImageRepository, "Repository of the bundled kube-apiserver image, as the operator is configured.")
+	dialerImage := fs.String("etcd-dialer-image", apiserver.DefaultEtcdDialerImage, "Image of the etcd dialer sidecar, as the operator is configured.")
 	clusterIP := fs.String("service-cluster-ip", "", "ClusterIP of the apiservers' Service, if known (it goes in the serving certificate).")
 	validatorDir := fs.String("validator-dir", defaultValidatorDir(), "Directory with the kube-apiserver validators ("+upstream.BinaryPrefix+"<version>), as the operator is configured.")
 	podIP := fs.String("pod-ip", apiserver.DefaultPodIP, "An address of the pod network the apiserver pods would run on (its family must match the first service range).")
@@ -47,6 +48,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	return render.Render(stdout, manifest, render.Options{
 		CRD:             crdYAML,
 		ImageRepository: *repo,
+		EtcdDialerImage: *dialerImage,
 		Inputs:          apiserver.Inputs{ServiceClusterIP: *clusterIP},
 		Admission:       apiserver.Admission{Validator: validators, PodIP: *podIP},
 	})

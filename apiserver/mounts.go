@@ -48,6 +48,7 @@ var podVolumeDirs = []struct {
 	{"pki", PKIDir, true},
 	{"config", ConfigDir, true},
 	{auditLogVolume, AuditLogDir, false},
+	{etcdDialerVolume, EtcdDialerDir, false},
 	{"encryption", path.Dir(EncryptionConfigFile), false},
 	{"authz-webhook", path.Dir(AuthorizationWebhookKubeconfigFile), false},
 	{"oidc-ca", path.Dir(OIDCCAFile), false},
@@ -56,6 +57,11 @@ var podVolumeDirs = []struct {
 // auditLogVolume is an emptyDir, not an object: the audit log is rotated by
 // size in the pod and kept across container restarts.
 const auditLogVolume = "audit-log"
+
+// etcdDialerVolume is the emptyDir of the etcd dialer's socket: written by
+// the dialer sidecar, read-only for kube-apiserver (connecting to a socket
+// needs no write access to its file system).
+const etcdDialerVolume = "etcd-dialer"
 
 // MountedObjects are the objects c's pods mount, in the order of their
 // volumes.
@@ -78,7 +84,7 @@ func MountedObjects(c *Completed) []MountedObject {
 		out = append(out, secret(tls.SecretName, false, file(tls.CAKey, EtcdCAFile), file(tls.CertKey, EtcdCertFile), file(tls.KeyKey, EtcdKeyFile)))
 	}
 	config := MountedObject{Volume: "config", Kind: KindConfigMap, Name: ConfigMapName(n), Owned: true, WholeObject: true,
-		Files: []MountedFile{file(AuthenticationConfigKey, AuthenticationConfigFile)}}
+		Files: []MountedFile{file(AuthenticationConfigKey, AuthenticationConfigFile), file(EgressSelectorConfigKey, EgressSelectorConfigFile)}}
 	audit := MountedObject{Volume: "config", Kind: KindConfigMap, Name: c.Spec.Audit.PolicyConfigMapName, Files: []MountedFile{file("policy.yaml", AuditPolicyFile)}}
 	if audit.Name == "" {
 		config.Files = append(config.Files, file(AuditPolicyKey, AuditPolicyFile))
@@ -168,7 +174,8 @@ func restartFiles(c *Completed) map[string]bool {
 	return out
 }
 
-// podVolumes mounts MountedObjects and the audit log's emptyDir.
+// podVolumes mounts MountedObjects, the audit log's emptyDir and the etcd
+// dialer's.
 func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
 	byVolume := map[string][]MountedObject{}
 	for _, o := range MountedObjects(c) {
@@ -182,6 +189,8 @@ func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
 		switch {
 		case v.name == auditLogVolume:
 			source.EmptyDir = &corev1.EmptyDirVolumeSource{}
+		case v.name == etcdDialerVolume:
+			source.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
 		case len(objects) == 0:
 			continue
 		case v.projected:

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -13,16 +14,29 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
 )
 
 // DefaultImageRepository is where the operator's bundled kube-apiserver
 // image is found unless spec.image or the operator's configuration says
 // otherwise; its tag is the version.
 const DefaultImageRepository = "localhost/apiserver-operator/kube-apiserver"
+
+// DefaultEtcdDialerImage is the etcd dialer sidecar's image
+// (apiserver/etcddialer), tagged with etcddialer.Version: the tag moves
+// only when the dialer's code does, so that upgrading the operator rolls
+// no tenant for an unchanged sidecar. The operator's --etcd-dialer-image
+// overrides it.
+const DefaultEtcdDialerImage = "localhost/apiserver-operator/etcd-dialer:" + etcddialer.Version
+
+// EtcdDialerCommand is the dialer's executable in its image.
+const EtcdDialerCommand = "/etcd-dialer"
 
 // Labels and annotations the operator puts on what it creates.
 const (
@@ -137,11 +151,12 @@ const (
 	KubeconfigKey = "value"
 	// EncryptionConfigKey holds the EncryptionConfiguration.
 	EncryptionConfigKey = "encryption-config.yaml"
-	// AuthenticationConfigKey, AuditPolicyKey and AdmissionConfigKey are the
-	// files of the operator's ConfigMap.
+	// AuthenticationConfigKey, AuditPolicyKey, AdmissionConfigKey and
+	// EgressSelectorConfigKey are the files of the operator's ConfigMap.
 	AuthenticationConfigKey = "authentication-config.yaml"
 	AuditPolicyKey          = "audit-policy.yaml"
 	AdmissionConfigKey      = "admission-config.yaml"
+	EgressSelectorConfigKey = "egress-selector.yaml"
 )
 
 // SelectorLabels select the apiserver pods of an ApiServerConfig.
@@ -228,8 +243,8 @@ func DesiredPodDisruptionBudget(c *Completed) *policyv1.PodDisruptionBudget {
 }
 
 // DesiredConfigMap holds the files the operator renders without secrets:
-// the authentication configuration and, unless the user gave one, the
-// audit policy.
+// the authentication configuration, the egress selector configuration
+// and, unless the user gave one, the audit policy.
 func DesiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
@@ -257,6 +272,11 @@ func DesiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
 		}
 		cm.Data[AdmissionConfigKey] = string(admission)
 	}
+	egress, err := EgressSelectorConfig()
+	if err != nil {
+		return nil, err
+	}
+	cm.Data[EgressSelectorConfigKey] = string(egress)
 	return cm, nil
 }
 
@@ -293,6 +313,8 @@ type DeploymentInputs struct {
 	Objects ObjectData
 	// ImageRepository overrides DefaultImageRepository (operator setting).
 	ImageRepository string
+	// EtcdDialerImage overrides DefaultEtcdDialerImage (operator setting).
+	EtcdDialerImage string
 }
 
 // DesiredDeployment runs masterCount kube-apiservers with args. It rolls
@@ -357,6 +379,27 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 
+	// The etcd dialer, a native sidecar: it starts before kube-apiserver
+	// and stops after it, so that kube-apiserver reaches etcd from its
+	// first request to the end of its graceful shutdown.
+	dialer := corev1.Container{
+		Name:            "etcd-dialer",
+		Image:           cmp.Or(in.EtcdDialerImage, DefaultEtcdDialerImage),
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{EtcdDialerCommand},
+		Args:            []string{"--socket=" + EtcdDialerSocket, "--allow=" + strings.Join(EtcdAddresses(c), ",")},
+		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
+		// It relays etcd's bytes (spliced by the kernel) and holds idle
+		// connections during an outage: little of either.
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		VolumeMounts:             []corev1.VolumeMount{{Name: etcdDialerVolume, MountPath: EtcdDialerDir}},
+		SecurityContext:          container.SecurityContext.DeepCopy(),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+
 	podLabels := SelectorLabels(c.Name)
 	spread := c.Spec.TopologySpreadConstraints
 	if len(spread) == 0 {
@@ -389,8 +432,9 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 					Annotations: map[string]string{ConfigHashAnnotation: configHash, VersionAnnotation: c.Spec.Version},
 				},
 				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{container},
-					Volumes:    volumes,
+					InitContainers: []corev1.Container{dialer},
+					Containers:     []corev1.Container{container},
+					Volumes:        volumes,
 					// kube-apiserver needs no credentials of the management
 					// cluster.
 					AutomountServiceAccountToken: ptr.To(false),
@@ -457,4 +501,23 @@ func ProbePaths(c *Completed) (livez, readyz string) {
 		live.Add("exclude", fmt.Sprintf("etcd-override-%d", i))
 	}
 	return "/livez?" + live.Encode(), readyz
+}
+
+// EtcdAddresses are the host:port addresses kube-apiserver dials for etcd
+// (spec.etcd.servers and every override's servers), sorted and without
+// duplicates: the only ones the etcd dialer connects to.
+func EtcdAddresses(c *Completed) []string {
+	servers := slices.Clone(c.Spec.Etcd.Servers)
+	for _, o := range c.Spec.Etcd.Overrides {
+		servers = append(servers, o.Servers...)
+	}
+	var out []string
+	for _, s := range servers {
+		// Admission accepts only URLs with a host.
+		if u, err := url.Parse(s); err == nil && u.Host != "" {
+			out = append(out, u.Host)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

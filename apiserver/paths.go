@@ -45,6 +45,9 @@ const (
 	// AdmissionConfigFile is the AdmissionConfiguration: the
 	// configuration of the admission plugins that need one.
 	AdmissionConfigFile = ConfigDir + "/admission-config.yaml"
+	// EgressSelectorConfigFile sends kube-apiserver's etcd connections
+	// through the pod's etcd dialer (EgressSelectorConfig).
+	EgressSelectorConfigFile = ConfigDir + "/egress-selector.yaml"
 	// OIDCCAFile is the CA of the OIDC issuer, when given.
 	OIDCCAFile = "/etc/kubernetes/oidc/ca.crt"
 
@@ -53,6 +56,11 @@ const (
 	// AuthorizationWebhookKubeconfigFile tells how to reach the
 	// authorization webhook.
 	AuthorizationWebhookKubeconfigFile = "/etc/kubernetes/authz-webhook/kubeconfig"
+
+	// EtcdDialerDir is an emptyDir shared by kube-apiserver and the etcd
+	// dialer sidecar; EtcdDialerSocket is the dialer's socket in it.
+	EtcdDialerDir    = "/run/etcd-dialer"
+	EtcdDialerSocket = EtcdDialerDir + "/etcd.sock"
 
 	// AuditLogDir and AuditLogFile are where the audit log is written.
 	AuditLogDir  = "/var/log/kubernetes/audit"

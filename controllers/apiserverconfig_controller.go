@@ -76,6 +76,8 @@ type ApiServerConfigReconciler struct {
 	Etcd EtcdClient
 	// ImageRepository overrides apiserver.DefaultImageRepository.
 	ImageRepository string
+	// EtcdDialerImage overrides apiserver.DefaultEtcdDialerImage.
+	EtcdDialerImage string
 	// MaxConcurrentReconciles is how many ApiServerConfigs are reconciled
 	// at once (DefaultMaxConcurrentReconciles when zero).
 	MaxConcurrentReconciles int

@@ -111,7 +111,7 @@ func (r *ApiServerConfigReconciler) applyDeployment(ctx context.Context, p *pass
 	if err != nil {
 		return err
 	}
-	deploy, err := apiserver.DesiredDeployment(p.c, args, apiserver.DeploymentInputs{Objects: p.mountedData(), ImageRepository: r.ImageRepository})
+	deploy, err := apiserver.DesiredDeployment(p.c, args, apiserver.DeploymentInputs{Objects: p.mountedData(), ImageRepository: r.ImageRepository, EtcdDialerImage: r.EtcdDialerImage})
 	if err != nil {
 		return err
 	}

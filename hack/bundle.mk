@@ -9,8 +9,9 @@
 BUNDLE_VERSION ?= 0.1.0
 BUNDLE_CHANNELS ?= alpha
 BUNDLE_DEFAULT_CHANNEL ?= alpha
-# The kube-apiserver images the operator deploys (its --apiserver-image-repository
-# and each bundled version), listed in the CSV's relatedImages for mirroring.
+# The images the operator deploys (each bundled kube-apiserver from its
+# --apiserver-image-repository, and the etcd dialer sidecar), listed in the
+# CSV's relatedImages for mirroring.
 BUNDLE_APISERVER_REPOSITORY ?= localhost/apiserver-operator/kube-apiserver
 
 ##@ OLM bundle
@@ -20,6 +21,7 @@ bundle: manifests $(KUSTOMIZE) ## Regenerate the OLM bundle in bundle/ and bundl
 	$(KUSTOMIZE) build config/manifests | go run ./hack/bundle-gen \
 		-version $(BUNDLE_VERSION) -channels $(BUNDLE_CHANNELS) -default-channel $(BUNDLE_DEFAULT_CHANNEL) \
 		$(foreach v,$(KUBE_VERSIONS),-related-image kube-apiserver-$(subst .,-,$(v))=$(BUNDLE_APISERVER_REPOSITORY):$(v)) \
+		-related-image etcd-dialer=$(ETCD_DIALER_IMAGE) \
 		-output-dir bundle -dockerfile bundle.Dockerfile
 	go test ./test/bundle/ -count=1
 

@@ -19,7 +19,7 @@ PAUSE := $(LOCALBIN)/pause
 LOCALCLUSTER := $(LOCALBIN)/localcluster
 # One kube-apiserver image per bundled version, tagged with it.
 APISERVER_IMAGE_TARBALLS := $(foreach v,$(KUBE_VERSIONS),$(IMAGES_DIR)/kube-apiserver-$(v).tar)
-IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/operator.tar
+IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/operator.tar $(IMAGES_DIR)/etcd-dialer.tar
 LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(KUBE_APISERVERS) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES)
 LOCALCLUSTER_SOURCES := $(shell find test/localcluster -name '*.go' -not -path '*/tools/*' 2>/dev/null) go.mod go.sum
 
@@ -55,6 +55,14 @@ $(IMAGES_DIR)/pause.tar: $(PAUSE) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 $(APISERVER_IMAGE_TARBALLS): $(IMAGES_DIR)/kube-apiserver-%.tar: $(LOCALBIN)/kube-apiserver-% $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/kube-apiserver:$* \
 		--file $<:/usr/local/bin/kube-apiserver --entrypoint /usr/local/bin/kube-apiserver --output $@
+
+# The etcd dialer sidecar of every apiserver pod, in an image of its own
+# (a few MB, pulled with the apiserver's) tagged with etcddialer.Version.
+$(LOCALBIN)/etcd-dialer: $(ETCD_DIALER_SOURCES) go.mod go.sum | $(LOCALBIN)
+	$(BUNDLED_GOENV) go build -ldflags "-s -w" -o $@ ./apiserver/etcddialer/cmd/etcd-dialer
+
+$(IMAGES_DIR)/etcd-dialer.tar: $(LOCALBIN)/etcd-dialer $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag $(ETCD_DIALER_IMAGE) --file $<:/etcd-dialer --entrypoint /etcd-dialer --user 65532 --output $@
 
 # The operator image: the manager built static, as config/manager expects it.
 OPERATOR_IMAGE ?= localhost/apiserver-operator/manager:dev

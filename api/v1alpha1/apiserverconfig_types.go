@@ -224,7 +224,7 @@ type EtcdSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=256
-	// +kubebuilder:validation:items:XValidation:rule="isURL(self) && (url(self).getScheme() == 'http' || url(self).getScheme() == 'https') && url(self).getHostname() != ''",message="must be an http:// or https:// URL with a host, such as https://etcd-0.etcd:2379"
+	// +kubebuilder:validation:items:XValidation:rule="isURL(self) && (url(self).getScheme() == 'http' || url(self).getScheme() == 'https') && url(self).getHostname() != '' && url(self).getPort() != ''",message="must be an http:// or https:// URL with a host and a port (kube-apiserver's etcd client dials the address as written), such as https://etcd-0.etcd:2379"
 	// +kubebuilder:validation:items:XValidation:rule="!self.contains(',') && !self.contains(';') && !self.contains('#')",message="must not contain ',', ';' or '#': kube-apiserver uses them as separators"
 	// +listType=atomic
 	Servers []string `json:"servers"`
@@ -297,7 +297,7 @@ type EtcdOverride struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=256
-	// +kubebuilder:validation:items:XValidation:rule="isURL(self) && (url(self).getScheme() == 'http' || url(self).getScheme() == 'https') && url(self).getHostname() != ''",message="must be an http:// or https:// URL with a host, such as https://etcd-events:2379"
+	// +kubebuilder:validation:items:XValidation:rule="isURL(self) && (url(self).getScheme() == 'http' || url(self).getScheme() == 'https') && url(self).getHostname() != '' && url(self).getPort() != ''",message="must be an http:// or https:// URL with a host and a port (kube-apiserver's etcd client dials the address as written), such as https://etcd-events:2379"
 	// +kubebuilder:validation:items:XValidation:rule="!self.contains(',') && !self.contains(';') && !self.contains('#')",message="must not contain ',', ';' or '#': kube-apiserver uses them as separators"
 	// +listType=atomic
 	Servers []string `json:"servers"`

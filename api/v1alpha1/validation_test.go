@@ -66,6 +66,8 @@ func TestApiServerConfig_RejectsInvalidSpecsAtAdmission(t *testing.T) {
 		{"no etcd server", `{"spec":{"etcd":{"servers":[]}}}`, "spec.etcd.servers", "at least 1 items"},
 		{"etcd server without scheme", `{"spec":{"etcd":{"servers":["etcd-0:2379"]}}}`, "spec.etcd.servers[0]", "must be an http:// or https:// URL"},
 		{"etcd server with unix scheme", `{"spec":{"etcd":{"servers":["unix:///var/run/etcd.sock"]}}}`, "spec.etcd.servers[0]", "must be an http:// or https:// URL"},
+		{"etcd server without port", `{"spec":{"etcd":{"servers":["https://etcd-0.etcd"]}}}`, "spec.etcd.servers[0]", "with a host and a port"},
+		{"override server without port", `{"spec":{"etcd":{"overrides":[{"group":"","resource":"events","servers":["http://e"]}]}}}`, "spec.etcd.overrides[0].servers[0]", "with a host and a port"},
 		{"etcd server with separator", `{"spec":{"etcd":{"servers":["https://a:2379;https://b:2379"]}}}`, "spec.etcd.servers[0]", "must not contain ',', ';' or '#'"},
 		{"etcd prefix not absolute", `{"spec":{"etcd":{"prefix":"registry"}}}`, "spec.etcd.prefix", "should match"},
 		{"etcd TLS secret name empty", `{"spec":{"etcd":{"tls":{"secretName":""}}}}`, "spec.etcd.tls.secretName", "at least 1 chars"},

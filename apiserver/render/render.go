@@ -41,6 +41,8 @@ type Options struct {
 	Inputs apiserver.Inputs
 	// ImageRepository is the operator's --apiserver-image-repository.
 	ImageRepository string
+	// EtcdDialerImage is the operator's --etcd-dialer-image.
+	EtcdDialerImage string
 	// Admission is the operator's admission (its validators), so that
 	// rendering refuses exactly what admission refuses.
 	Admission apiserver.Admission
@@ -71,7 +73,7 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	// The pod template's hash covers secret material too: it is known only
 	// in the cluster.
 	deploy, err := apiserver.DesiredDeployment(c, args, apiserver.DeploymentInputs{
-		Objects: func(string, string) map[string][]byte { return nil }, ImageRepository: opts.ImageRepository})
+		Objects: func(string, string) map[string][]byte { return nil }, ImageRepository: opts.ImageRepository, EtcdDialerImage: opts.EtcdDialerImage})
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
 const (
@@ -307,10 +308,12 @@ func TestBundleIsUpToDate(t *testing.T) {
 	out := t.TempDir()
 	rendered := kustomizeBuildRaw(t, "config/manifests")
 	args := []string{"run", "./hack/bundle-gen", "-version", "0.1.0", "-channels", "alpha", "-default-channel", "alpha"}
-	// Every bundled kube-apiserver image, as hack/bundle.mk lists them.
+	// Every bundled kube-apiserver image and the etcd dialer's, as
+	// hack/bundle.mk lists them.
 	for _, v := range controlplanev1alpha1.BundledVersions {
 		args = append(args, "-related-image", "kube-apiserver-"+strings.ReplaceAll(v, ".", "-")+"=localhost/apiserver-operator/kube-apiserver:"+v)
 	}
+	args = append(args, "-related-image", "etcd-dialer="+apiserver.DefaultEtcdDialerImage)
 	args = append(args, "-output-dir", filepath.Join(out, "bundle"), "-dockerfile", filepath.Join(out, "bundle.Dockerfile"))
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root

@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
 	"k8s.io/apiserver/pkg/server/resourceconfig"
@@ -234,6 +235,17 @@ func judge(req request, root string) (problems []problem, warnings []string) {
 	// leases of the mixed-version proxy), whose etcd client waits for a
 	// connection. After Validate has judged the etcd flags, the client is
 	// pointed at an in-memory gRPC server that answers nothing.
+	//
+	// The egress selector configuration is judged first by upstream's own
+	// reading and validation, then set aside: the selector it builds would
+	// replace the stand-in's dialer with one of the pod's etcd dialer
+	// socket, which does not exist here.
+	if es := completed.EgressSelector; es != nil && es.ConfigFile != "" {
+		if err := es.ApplyTo(&genericapiserver.Config{}); err != nil {
+			return []problem{attributeTo(err, set, "egress-selector-config-file")}, warnings
+		}
+		es.ConfigFile = ""
+	}
 	stopEtcd := standInEtcd(&completed.Etcd.StorageConfig.Transport)
 	defer stopEtcd()
 

@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -32,7 +31,7 @@ const maxHold = 20 * time.Second
 
 func main() {
 	socket := flag.String("socket", "", "Path of the Unix socket kube-apiserver's egress selector connects to (required).")
-	allow := flag.String("allow", "", "Comma-separated host:port of the etcd servers that may be dialled (required).")
+	allow := flag.String("allow", "", "Comma-separated host:port of the etcd servers that may be dialed (required).")
 	hold := flag.Duration("hold", etcddialer.DefaultHold, "How long a CONNECT waits for etcd before it is answered 503; below 20s.")
 	retryInterval := flag.Duration("retry-interval", etcddialer.DefaultRetryInterval, "Pause between failed dials to etcd.")
 	flag.Parse()
@@ -111,23 +110,15 @@ func stopWhenIdle(log logr.Logger, s *etcddialer.Server, signals <-chan os.Signa
 	}
 }
 
-// parseAllowed splits the --allow list and checks that each entry is a
-// host:port, the form the CONNECT requests name etcd in.
+// parseAllowed splits the --allow list. Entries are taken as given: they are
+// the hosts of the etcd URLs, as kube-apiserver names them in its CONNECT
+// requests.
 func parseAllowed(allow string) ([]string, error) {
 	var allowed []string
 	for a := range strings.SplitSeq(allow, ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			continue
+		if a = strings.TrimSpace(a); a != "" {
+			allowed = append(allowed, a)
 		}
-		host, port, err := net.SplitHostPort(a)
-		if err != nil {
-			return nil, fmt.Errorf("--allow: %w", err)
-		}
-		if host == "" || port == "" {
-			return nil, fmt.Errorf("--allow: %q: host and port are both required", a)
-		}
-		allowed = append(allowed, a)
 	}
 	if len(allowed) == 0 {
 		return nil, errors.New("--allow is required")
