@@ -429,7 +429,12 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      podLabels,
-					Annotations: map[string]string{ConfigHashAnnotation: configHash, VersionAnnotation: c.Spec.Version},
+					Annotations: map[string]string{
+						ConfigHashAnnotation: configHash,
+						VersionAnnotation:    c.Spec.Version,
+						// kubectl logs and exec pick kube-apiserver, not the sidecar.
+						"kubectl.kubernetes.io/default-container": container.Name,
+					},
 				},
 				Spec: corev1.PodSpec{
 					InitContainers: []corev1.Container{dialer},

@@ -4,6 +4,7 @@
 package boot
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
@@ -97,8 +100,9 @@ func tail(b []byte, n int) []byte {
 }
 
 // etcdServer starts an etcd that requires client certificates signed by ca;
-// it returns its URL and its process.
-func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) (string, *exec.Cmd) {
+// it returns its URL, its process and how to start it again on the same
+// address and data.
+func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) (string, *exec.Cmd, func() *exec.Cmd) {
 	t.Helper()
 	now := time.Now()
 	serving := must(pki.NewSignedCert(ca, pki.ServingCertConfig([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}), ecdsa, time.Hour, now))
@@ -108,15 +112,51 @@ func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) (string, *exec.
 	write(t, filepath.Join(certDir, "server.key"), must(serving.KeyPEM()))
 	client := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
 	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	cmd := startLogged(t, dir, "etcd", "etcd-"+name,
-		"--name="+name, "--data-dir="+filepath.Join(dir, name+"-data"),
-		"--listen-client-urls="+client, "--advertise-client-urls="+client,
-		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
-		"--initial-cluster="+name+"="+peer,
-		"--cert-file="+filepath.Join(certDir, "server.crt"), "--key-file="+filepath.Join(certDir, "server.key"),
-		"--client-cert-auth", "--trusted-ca-file="+filepath.Join(certDir, "ca.crt"),
-		"--log-level=warn")
-	return client, cmd
+	args := []string{"--name=" + name, "--data-dir=" + filepath.Join(dir, name+"-data"),
+		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=" + name + "=" + peer,
+		"--cert-file=" + filepath.Join(certDir, "server.crt"), "--key-file=" + filepath.Join(certDir, "server.key"),
+		"--client-cert-auth", "--trusted-ca-file=" + filepath.Join(certDir, "ca.crt"),
+		"--log-level=warn"}
+	starts := 0
+	run := func() *exec.Cmd {
+		starts++
+		return startLogged(t, dir, "etcd", fmt.Sprintf("etcd-%s-%d", name, starts), args...)
+	}
+	return client, run(), run
+}
+
+// dialCounter is the etcd dialer's Dial, counting the dials that failed
+// and succeeded for each address.
+type dialCounter struct {
+	mu     sync.Mutex
+	counts map[string]dials
+}
+
+type dials struct{ ok, failed int }
+
+func (d *dialCounter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.counts == nil {
+		d.counts = map[string]dials{}
+	}
+	n := d.counts[addr]
+	if err != nil {
+		n.failed++
+	} else {
+		n.ok++
+	}
+	d.counts[addr] = n
+	return conn, err
+}
+
+func (d *dialCounter) of(addr string) dials {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.counts[addr]
 }
 
 func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
@@ -125,8 +165,8 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 
 	// Two etcd servers behind mutual TLS, as a platform would run them.
 	etcdCA := must(pki.NewSelfSignedCA("etcd-ca", ecdsa, 24*time.Hour, now))
-	mainEtcd, mainEtcdProcess := etcdServer(t, dir, "main", etcdCA)
-	eventsEtcd, eventsEtcdProcess := etcdServer(t, dir, "events", etcdCA)
+	mainEtcd, mainEtcdProcess, restartMainEtcd := etcdServer(t, dir, "main", etcdCA)
+	eventsEtcd, eventsEtcdProcess, _ := etcdServer(t, dir, "events", etcdCA)
 	etcdClient := must(pki.NewSignedCert(etcdCA, pki.EtcdClientCertConfig(), ecdsa, time.Hour, now))
 
 	port := freePort(t)
@@ -193,9 +233,24 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	} {
 		write(t, root(path), data)
 	}
+	// kube-apiserver reaches both etcds through the etcd dialer, as in its
+	// pod; its socket is in a directory of a short path (a socket's path
+	// has at most 107 bytes).
+	socketDir := must(os.MkdirTemp("", "dialer"))
+	t.Cleanup(func() { _ = os.RemoveAll(socketDir) })
+	socket := filepath.Join(socketDir, "etcd.sock")
+	dialed := &dialCounter{}
+	dialerCtx, stopDialer := context.WithCancel(context.Background())
+	t.Cleanup(stopDialer)
+	dialer := &etcddialer.Server{Allowed: apiserver.EtcdAddresses(c), Dial: dialed.dial}
+	go func() { _ = dialer.Serve(dialerCtx, must(etcddialer.Listen(socket))) }()
+
 	// The files of the operator's ConfigMap and encryption Secret, where
 	// the pods mount them.
 	for path, data := range apiserver.PodFiles(c, apiserver.ObjectsData([]*corev1.Secret{encryption}, cm)) {
+		if path == apiserver.EgressSelectorConfigFile {
+			data = bytes.ReplaceAll(data, []byte(apiserver.EtcdDialerSocket), []byte(socket))
+		}
 		if len(data) > 0 {
 			write(t, root(path), data)
 		}
@@ -206,6 +261,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		args[i] = strings.ReplaceAll(a, "=/var/log/kubernetes/", "="+root("/var/log/kubernetes")+"/")
 	}
 	start(t, dir, "kube-apiserver", args...)
+	mainAddr := strings.TrimPrefix(mainEtcd, "https://")
 
 	// What kubelet's probes see: the health endpoints answer without
 	// credentials although anonymous access is off.
@@ -226,6 +282,12 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 			t.Fatalf("kube-apiserver was not ready within 90s (last: %v)", err)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+	// Every etcd connection went through the dialer.
+	for _, addr := range apiserver.EtcdAddresses(c) {
+		if dialed.of(addr).ok == 0 {
+			t.Errorf("kube-apiserver is ready, but never reached etcd %s through the etcd dialer", addr)
+		}
 	}
 	for path, want := range map[string]int{"/livez": 200, "/healthz": 200, "/api/v1/namespaces": 401} {
 		resp, err := anonymous.Get(base + path)
@@ -401,5 +463,15 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	waitFor("the readiness probe fails without the main etcd", func() bool { return status(readyz) != 200 })
 	if got := status(livez); got != 200 {
 		t.Errorf("both etcds down: GET %s: %d, want 200 (a restart cannot bring etcd back)", livez, got)
+	}
+
+	// The main etcd returns: kube-apiserver is ready again, through the
+	// dialer, which tried the stopped etcd meanwhile (holding
+	// kube-apiserver's connection attempts) and then connected to it.
+	down := dialed.of(mainAddr)
+	restartMainEtcd()
+	waitFor("the readiness probe passes once the main etcd is back", func() bool { return status(readyz) == 200 })
+	if back := dialed.of(mainAddr); down.failed == 0 || back.ok == down.ok {
+		t.Errorf("the dialer tried the stopped main etcd %d times and connected %d times after its return: kube-apiserver did not reconnect through it", down.failed, back.ok-down.ok)
 	}
 }

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -46,14 +47,16 @@ func waitPhase(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, nam
 	t.Fatalf("the %s rotation did not reach %s within %s (at %s)", name, phase, timeout, rotationPhase(t, c, cfg, name))
 }
 
-// podUIDs are the apiserver pods of cfg.
+// podUIDs are the apiserver pods of cfg, with their containers' restarts.
 func podUIDs(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) map[string]int32 {
 	t.Helper()
 	pods := apiserverPods(t, c, cfg)
 	out := map[string]int32{}
 	for _, p := range pods {
-		for _, s := range p.Status.ContainerStatuses {
-			out[string(p.UID)] = s.RestartCount
+		// Every container's restarts, the etcd dialer sidecar's too.
+		out[string(p.UID)] = 0
+		for _, s := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+			out[string(p.UID)] += s.RestartCount
 		}
 	}
 	return out
