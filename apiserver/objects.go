@@ -428,7 +428,7 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 			},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
-					Labels:      podLabels,
+					Labels: podLabels,
 					Annotations: map[string]string{
 						ConfigHashAnnotation: configHash,
 						VersionAnnotation:    c.Spec.Version,

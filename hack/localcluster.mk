@@ -134,7 +134,7 @@ local-down: cluster-down ## Stop the local cluster and remove everything local-u
 ##@ Images
 
 .PHONY: images
-images: $(IMAGES_DIR)/operator.tar $(APISERVER_IMAGE_TARBALLS) ## Write the operator and every bundled kube-apiserver image as OCI tarballs into bin/images (no Docker).
+images: $(IMAGES_DIR)/operator.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/etcd-dialer.tar ## Write the operator, etcd dialer and every bundled kube-apiserver image as OCI tarballs into bin/images (no Docker).
 
 # REGISTRY is where image-push sends the images, such as
 # registry.example.com/platform; INSECURE=1 allows a plain-HTTP registry.
@@ -144,6 +144,7 @@ IMAGE_TAG ?= dev
 image-push: images ## Push the images to $(REGISTRY): make image-push REGISTRY=registry.example.com/platform
 	@test -n "$(REGISTRY)" || { echo "Set REGISTRY, for example make image-push REGISTRY=registry.example.com/platform"; exit 1; }
 	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/operator.tar --ref $(REGISTRY)/apiserver-operator/manager:$(IMAGE_TAG) $(if $(INSECURE),--insecure)
+	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/etcd-dialer.tar --ref $(REGISTRY)/apiserver-operator/etcd-dialer:$(ETCD_DIALER_VERSION) $(if $(INSECURE),--insecure)
 	for v in $(KUBE_VERSIONS); do \
 		$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/kube-apiserver-$$v.tar --ref $(REGISTRY)/apiserver-operator/kube-apiserver:$$v $(if $(INSECURE),--insecure); \
 	done
