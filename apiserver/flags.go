@@ -116,7 +116,7 @@ func managedFlags(c *Completed) []managedFlag {
 		{"max-requests-inflight", []string{strconv.FormatInt(c.Sizing.MaxInflight, 10)}, "spec.requests.maxInflight"},
 		{"max-mutating-requests-inflight", []string{strconv.FormatInt(c.Sizing.MaxMutatingInflight, 10)}, "spec.requests.maxMutatingInflight"},
 		{"watch-cache", []string{strconv.FormatBool(c.Sizing.WatchCache)}, "spec.cacheSizing.watchCache"},
-		{"egress-selector-config-file", []string{EgressSelectorConfigFile}, "the pod's etcd dialer"},
+		{"egress-selector-config-file", []string{EgressSelectorConfigFile}, "it sends etcd connections through the etcd dialer sidecar"},
 	}
 	add := func(name, field string, values ...string) { f = append(f, managedFlag{name, values, field}) }
 

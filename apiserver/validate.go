@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,8 +78,11 @@ func validateExtraArgs(args []v1alpha1.ExtraArg, v *utilversion.Version, catalog
 	for i, a := range args {
 		p := path.Index(i)
 		if owner, ok := managed[a.Name]; ok {
-			errs = append(errs, field.Forbidden(p.Child("name"),
-				fmt.Sprintf("--%s is managed by the operator from %s: set it there instead", a.Name, owner)))
+			msg := fmt.Sprintf("--%s is managed by the operator from %s: set it there instead", a.Name, owner)
+			if !strings.HasPrefix(owner, "spec.") {
+				msg = fmt.Sprintf("--%s is managed by the operator (%s) and cannot be set", a.Name, owner)
+			}
+			errs = append(errs, field.Forbidden(p.Child("name"), msg))
 			continue
 		}
 		if catalog == nil {

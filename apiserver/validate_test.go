@@ -32,6 +32,13 @@ func TestValidate(t *testing.T) {
 		field:   "spec.extraArgs[0].name",
 		message: "--service-cluster-ip-range is managed by the operator from spec.serviceClusterIPRange",
 	}, {
+		name: "a flag the operator manages for the pod is refused with the reason",
+		mutate: func(s *v1alpha1.ApiServerConfigSpec) {
+			s.ExtraArgs = []v1alpha1.ExtraArg{{Name: "egress-selector-config-file", Value: "/etc/egress.yaml"}}
+		},
+		field:   "spec.extraArgs[0].name",
+		message: "--egress-selector-config-file is managed by the operator (it sends etcd connections through the etcd dialer sidecar) and cannot be set",
+	}, {
 		name: "a flag managed only in other versions is refused too",
 		mutate: func(s *v1alpha1.ApiServerConfigSpec) {
 			s.ExtraArgs = []v1alpha1.ExtraArg{{Name: "oidc-issuer-url", Value: "https://x"}}
