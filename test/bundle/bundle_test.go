@@ -313,8 +313,8 @@ func TestBundleIsUpToDate(t *testing.T) {
 	for _, v := range controlplanev1alpha1.BundledVersions {
 		args = append(args, "-related-image", "kube-apiserver-"+strings.ReplaceAll(v, ".", "-")+"=localhost/apiserver-operator/kube-apiserver:"+v)
 	}
-	args = append(args, "-related-image", "etcd-dialer="+apiserver.DefaultEtcdDialerImage)
-	args = append(args, "-output-dir", filepath.Join(out, "bundle"), "-dockerfile", filepath.Join(out, "bundle.Dockerfile"))
+	args = append(args, "-related-image", "etcd-dialer="+apiserver.DefaultEtcdDialerImage,
+		"-output-dir", filepath.Join(out, "bundle"), "-dockerfile", filepath.Join(out, "bundle.Dockerfile"))
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	cmd.Stdin = bytes.NewReader(rendered)
