@@ -390,10 +390,12 @@ func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		Args:            []string{"--socket=" + EtcdDialerSocket, "--allow=" + strings.Join(EtcdAddresses(c), ",")},
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
 		// It relays etcd's bytes (spliced by the kernel) and holds idle
-		// connections during an outage: little of either.
+		// connections during an outage: little of either. No memory
+		// limit: its pipes and socket buffers grow with kube-apiserver's
+		// etcd traffic (a client per resource, large lists), and an OOM
+		// kill would cut every etcd connection of the pod at once.
 		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 		},
 		VolumeMounts:             []corev1.VolumeMount{{Name: etcdDialerVolume, MountPath: EtcdDialerDir}},
 		SecurityContext:          container.SecurityContext.DeepCopy(),

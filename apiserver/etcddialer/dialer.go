@@ -10,9 +10,15 @@
 // down, the dialer keeps that request pending and retries etcd every
 // RetryInterval: it answers 200 and splices the bytes as soon as etcd accepts
 // a TCP connection, or 503 once Hold has passed. Hold stays below gRPC's
-// minimum connect timeout of 20 s, so a refused attempt fails in time, gRPC
-// backs off briefly and its next attempt is held again. kube-apiserver thus
-// reconnects within about RetryInterval of etcd's return.
+// minimum connect timeout of 20 s, so that an answer never comes after the
+// attempt's deadline; gRPC then waits its backoff and its next attempt is
+// held again. While the backoff is short (outages up to about a minute and a
+// half) kube-apiserver reconnects within about RetryInterval of etcd's
+// return; the backoff still grows with each attempt, up to gRPC's 120 s.
+//
+// kube-apiserver has an etcd client per resource, each with a connection per
+// etcd server: hundreds of CONNECTs can be held at once. They do not each
+// dial: one dial loop per etcd server tells them all when it accepts again.
 package etcddialer
 
 import (
@@ -27,7 +33,9 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -80,6 +88,20 @@ type Server struct {
 	// connDone, if set, is called when a connection has been handled and all
 	// its goroutines have ended; tests wait on it.
 	connDone func()
+
+	// probes are the dial loops of the etcd servers that refused, by
+	// address, while a request waits for them.
+	mu     sync.Mutex
+	probes map[string]*probe
+}
+
+// probe is the one dial loop of an etcd server that refused: held requests
+// wait for up to be closed; the first takes the loop's connection (conn),
+// the others dial themselves. s.mu guards waiters and conn.
+type probe struct {
+	up      chan struct{}
+	waiters int
+	conn    net.Conn
 }
 
 // Active returns the number of client connections being handled.
@@ -94,15 +116,26 @@ func (s *Server) Active() int {
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
+	var pause time.Duration
 	for {
 		conn, err := l.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
+			// Out of file descriptors, say: wait and go on, as net/http
+			// does, rather than cut every connection by exiting.
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				s.Log.Info("Accepting a connection failed, retrying", "err", err, "in", pause)
+				time.Sleep(pause)
+				continue
+			}
 			_ = l.Close()
 			return fmt.Errorf("accepting connections: %w", err)
 		}
+		pause = 0
 		s.active.Add(1)
 		go func() {
 			s.handle(ctx, conn)
@@ -164,7 +197,8 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	_ = conn.SetDeadline(time.Time{})
 
 	// While the request is held, a read on the client notices when it
-	// leaves: kube-apiserver closes its side when its attempt times out.
+	// leaves. kube-apiserver reads the answer without a deadline, so it
+	// leaves only when it exits; Hold is what bounds the wait.
 	holdCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type readResult struct {
@@ -215,12 +249,9 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 }
 
 // dialHeld dials target until it accepts, Hold has passed or ctx is done.
-// It returns the last dial error when it gives up.
+// Between its own dials it waits for target's dial loop (awaitUp). It
+// returns the last dial error when it gives up.
 func (s *Server) dialHeld(ctx context.Context, target string) (net.Conn, error) {
-	dial := s.Dial
-	if dial == nil {
-		dial = (&net.Dialer{}).DialContext
-	}
 	start := time.Now()
 	giveUp := start.Add(s.hold())
 	var lastErr error
@@ -229,27 +260,118 @@ func (s *Server) dialHeld(ctx context.Context, target string) (net.Conn, error) 
 		if remaining <= 0 {
 			return nil, lastErr
 		}
-		dialCtx, cancel := context.WithTimeout(ctx, min(s.dialTimeout(), remaining))
-		up, err := dial(dialCtx, "tcp", target)
-		cancel()
+		up, err := s.dialOnce(ctx, target, min(s.dialTimeout(), remaining))
 		if err == nil {
 			if lastErr != nil {
 				s.Log.Info("Connected to etcd after holding", "target", target, "waited", time.Since(start))
 			}
 			return up, nil
 		}
-		err = fmt.Errorf("dialing etcd %s: %w", target, err)
 		if lastErr == nil {
 			s.Log.Info("Holding CONNECT until etcd accepts", "target", target, "err", err)
 		}
 		lastErr = err
-		t := time.NewTimer(min(s.retryInterval(), time.Until(giveUp)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		up, ok := s.awaitUp(ctx, target, giveUp)
+		if !ok {
 			return nil, lastErr
-		case <-t.C:
 		}
+		if up != nil {
+			s.Log.Info("Connected to etcd after holding", "target", target, "waited", time.Since(start))
+			return up, nil
+		}
+	}
+}
+
+func (s *Server) dialOnce(ctx context.Context, target string, timeout time.Duration) (net.Conn, error) {
+	dial := s.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := dial(ctx, "tcp", target)
+	if err != nil {
+		return nil, fmt.Errorf("dialing etcd %s: %w", target, err)
+	}
+	return conn, nil
+}
+
+// awaitUp waits until target's dial loop connected, and returns its
+// connection if no other waiter took it first; false when giveUp came or
+// ctx was done first. The loop starts with the first waiter and stops once
+// it connected or nobody waits.
+func (s *Server) awaitUp(ctx context.Context, target string, giveUp time.Time) (net.Conn, bool) {
+	s.mu.Lock()
+	p := s.probes[target]
+	if p == nil {
+		if s.probes == nil {
+			s.probes = map[string]*probe{}
+		}
+		p = &probe{up: make(chan struct{})}
+		s.probes[target] = p
+		go s.runProbe(target, p)
+	}
+	p.waiters++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		// The last waiter to leave closes a connection nobody took.
+		if p.waiters--; p.waiters == 0 && p.conn != nil {
+			_ = p.conn.Close()
+			p.conn = nil
+		}
+	}()
+
+	t := time.NewTimer(time.Until(giveUp))
+	defer t.Stop()
+	select {
+	case <-p.up:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		conn := p.conn
+		p.conn = nil
+		return conn, true
+	case <-ctx.Done():
+		return nil, false
+	case <-t.C:
+		return nil, false
+	}
+}
+
+// runProbe dials target every RetryInterval until it accepts (then wakes
+// the waiters) or nobody waits any more.
+func (s *Server) runProbe(target string, p *probe) {
+	for {
+		time.Sleep(s.retryInterval())
+		s.mu.Lock()
+		if p.waiters == 0 {
+			s.endProbe(target, p)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		conn, err := s.dialOnce(context.Background(), target, s.dialTimeout())
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		s.endProbe(target, p)
+		if p.waiters > 0 {
+			p.conn = conn
+		} else {
+			_ = conn.Close()
+		}
+		close(p.up)
+		s.mu.Unlock()
+		return
+	}
+}
+
+// endProbe forgets p; s.mu is held.
+func (s *Server) endProbe(target string, p *probe) {
+	if s.probes[target] == p {
+		delete(s.probes, target)
 	}
 }
 
@@ -261,36 +383,25 @@ func answer(conn net.Conn, status string) bool {
 	return err == nil
 }
 
-// splice copies bytes both ways until both directions have ended or one
-// fails. The end of one direction is passed on as a half-close, since etcd's
-// client and server may still have bytes to send the other way. The
-// connections are copied as they are so that Go can splice them in the kernel.
+// splice copies bytes both ways until one direction ends, then closes
+// both: over TLS and HTTP/2 the end of one side is the end of the
+// connection, and waiting for the other side of an etcd that vanished
+// would keep the connection for TCP's retransmission timeout. The
+// connections are copied as they are so that Go can splice them in the
+// kernel.
 func splice(client, up net.Conn) {
-	errs := make(chan error, 2)
+	ended := make(chan struct{}, 2)
 	copyHalf := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
-		if err == nil {
-			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-				err = cw.CloseWrite()
-			} else {
-				err = errors.New("half-close not supported")
-			}
-		}
-		errs <- err
+		_, _ = io.Copy(dst, src)
+		ended <- struct{}{}
 	}
 	go copyHalf(up, client)
 	go copyHalf(client, up)
-	closed := false
-	for range 2 {
-		if err := <-errs; err != nil && !closed {
-			// Closing both ends the other direction's copy.
-			closed = true
-			_ = client.Close()
-			_ = up.Close()
-		}
-	}
+	<-ended
+	// Closing both ends the other direction's copy.
 	_ = client.Close()
 	_ = up.Close()
+	<-ended
 }
 
 func (s *Server) hold() time.Duration {

@@ -119,8 +119,8 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// echoTarget answers one connection at l: it echoes one line, reads until
-// EOF, then writes "bye" and closes. It reports what went wrong on errs.
+// echoTarget answers one connection at l: it echoes one line, then reads
+// until EOF. It reports what went wrong on errs.
 func echoTarget(t *testing.T, l net.Listener) {
 	t.Helper()
 	errs := make(chan error, 1)
@@ -147,8 +147,7 @@ func echoTarget(t *testing.T, l net.Listener) {
 			if len(rest) > 0 {
 				return fmt.Errorf("unexpected %q before EOF", rest)
 			}
-			_, err = io.WriteString(conn, "bye")
-			return err
+			return nil
 		}()
 	}()
 	t.Cleanup(func() {
@@ -170,7 +169,8 @@ func listenTarget(t *testing.T, addr string) {
 }
 
 // checkEcho checks that a line travels to the echo target and back, and
-// that a half-close travels there and the target's last words back.
+// that the end of the client's side ends the connection: the target sees
+// EOF (echoTarget) and so does the client.
 func checkEcho(t *testing.T, conn net.Conn) {
 	t.Helper()
 	_ = conn.SetDeadline(time.Now().Add(wait))
@@ -185,8 +185,8 @@ func checkEcho(t *testing.T, conn net.Conn) {
 		t.Fatal(err)
 	}
 	rest, err := io.ReadAll(conn)
-	if err != nil || string(rest) != "bye" {
-		t.Fatalf("after half-close: got %q, %v; want \"bye\" then EOF", rest, err)
+	if err != nil || len(rest) > 0 {
+		t.Fatalf("after the client's end: got %q, %v; want EOF", rest, err)
 	}
 }
 
@@ -475,5 +475,88 @@ func TestListenRefusesToRemoveAFile(t *testing.T) {
 	}
 	if data, err := os.ReadFile(path); err != nil || string(data) != "data" {
 		t.Errorf("the file changed: %q, %v", data, err)
+	}
+}
+
+// TestConnectHeldRequestsShareOneDialLoop: many CONNECTs held for one etcd
+// (kube-apiserver has a client per resource) dial it together only once
+// each; then a single loop dials, and when etcd accepts again every one of
+// them is connected.
+func TestConnectHeldRequestsShareOneDialLoop(t *testing.T) {
+	const requests = 20
+	addr := freeAddr(t)
+	var (
+		mu                 sync.Mutex
+		dials, inFlight    int
+		maxInFlightAfter   int
+		firstDialsFinished bool
+	)
+	loopDialed := make(chan struct{}, 100)
+	back := make(chan struct{})
+	s := &Server{
+		Allowed:       []string{addr},
+		Hold:          time.Minute,
+		RetryInterval: 10 * time.Millisecond,
+		DialTimeout:   time.Second,
+		Dial: func(ctx context.Context, network, a string) (net.Conn, error) {
+			select {
+			case <-back:
+				return (&net.Dialer{}).DialContext(ctx, network, a)
+			default:
+			}
+			mu.Lock()
+			dials++
+			inFlight++
+			if firstDialsFinished {
+				maxInFlightAfter = max(maxInFlightAfter, inFlight)
+			}
+			firstDialsFinished = firstDialsFinished || dials >= requests
+			mu.Unlock()
+			// A refusal that takes a moment, so that dials of several
+			// loops would overlap.
+			time.Sleep(5 * time.Millisecond)
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			select {
+			case loopDialed <- struct{}{}:
+			default:
+			}
+			return nil, errors.New("connection refused")
+		},
+	}
+	path, _ := serve(t, s)
+	conns := make([]net.Conn, requests)
+	for i := range conns {
+		conns[i] = request(t, path, addr)
+	}
+	// Each request's own first dial, then 20 more dials: a loop per
+	// request would have each of them dialing every 10 ms meanwhile.
+	waitFor(t, loopDialed, 2*requests)
+
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer func() { _ = c.Close() }()
+		}
+	}()
+	close(back)
+	for i, conn := range conns {
+		if status := answerStatus(t, conn); status != http.StatusOK {
+			t.Errorf("request %d: %d once etcd accepted again, want 200", i, status)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxInFlightAfter > 1 {
+		t.Errorf("%d dials of one etcd were in flight at once while %d requests were held: each request dialed on its own", maxInFlightAfter, requests)
 	}
 }
