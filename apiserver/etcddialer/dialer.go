@@ -309,7 +309,9 @@ func (s *Server) awaitUp(ctx context.Context, target string, giveUp time.Time) (
 		}
 		p = &probe{up: make(chan struct{})}
 		s.probes[target] = p
-		go s.runProbe(target, p)
+		// The loop outlives the request that started it: it stops when no
+		// request waits.
+		go s.runProbe(context.WithoutCancel(ctx), target, p)
 	}
 	p.waiters++
 	s.mu.Unlock()
@@ -317,7 +319,8 @@ func (s *Server) awaitUp(ctx context.Context, target string, giveUp time.Time) (
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		// The last waiter to leave closes a connection nobody took.
-		if p.waiters--; p.waiters == 0 && p.conn != nil {
+		p.waiters--
+		if p.waiters == 0 && p.conn != nil {
 			_ = p.conn.Close()
 			p.conn = nil
 		}
@@ -341,7 +344,7 @@ func (s *Server) awaitUp(ctx context.Context, target string, giveUp time.Time) (
 
 // runProbe dials target every RetryInterval until it accepts (then wakes
 // the waiters) or nobody waits any more.
-func (s *Server) runProbe(target string, p *probe) {
+func (s *Server) runProbe(ctx context.Context, target string, p *probe) {
 	for {
 		time.Sleep(s.retryInterval())
 		s.mu.Lock()
@@ -351,7 +354,7 @@ func (s *Server) runProbe(target string, p *probe) {
 			return
 		}
 		s.mu.Unlock()
-		conn, err := s.dialOnce(context.Background(), target, s.dialTimeout())
+		conn, err := s.dialOnce(ctx, target, s.dialTimeout())
 		if err != nil {
 			continue
 		}

@@ -539,13 +539,19 @@ func TestConnectHeldRequestsShareOneDialLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = l.Close() }()
+	accepted := make(chan net.Conn, 2*requests)
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			defer func() { _ = c.Close() }()
+			accepted <- c
+		}
+	}()
+	defer func() {
+		for range len(accepted) {
+			_ = (<-accepted).Close()
 		}
 	}()
 	close(back)
