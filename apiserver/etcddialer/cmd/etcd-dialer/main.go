@@ -22,8 +22,10 @@ import (
 )
 
 // idleBeforeExit is how long no connection must have been open after
-// SIGTERM before the dialer exits.
-const idleBeforeExit = 2 * time.Second
+// SIGTERM before the dialer exits. Short: as a native sidecar it is sent
+// SIGTERM only once kube-apiserver has exited, and every moment it lingers
+// is a moment the old pod keeps a rollout waiting.
+const idleBeforeExit = 200 * time.Millisecond
 
 // maxHold is gRPC's minimum connect timeout: a CONNECT held longer would be
 // answered after kube-apiserver's attempt had already timed out.
@@ -92,7 +94,7 @@ func run(log logr.Logger, socket, allow string, hold, retryInterval time.Duratio
 func stopWhenIdle(log logr.Logger, s *etcddialer.Server, signals <-chan os.Signal) {
 	sig := <-signals
 	log.Info("Stopping once no connection has been open for a while", "signal", sig.String(), "idle", idleBeforeExit)
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	idleSince := time.Now()
 	for {
