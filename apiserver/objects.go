@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
 )
 
@@ -510,16 +511,30 @@ func ProbePaths(c *Completed) (livez, readyz string) {
 	return "/livez?" + live.Encode(), readyz
 }
 
-// EtcdAddresses are the host:port addresses kube-apiserver dials for etcd
-// (spec.etcd.servers and every override's servers), sorted and without
-// duplicates: the only ones the etcd dialer connects to.
-func EtcdAddresses(c *Completed) []string {
-	servers := slices.Clone(c.Spec.Etcd.Servers)
-	for _, o := range c.Spec.Etcd.Overrides {
-		servers = append(servers, o.Servers...)
-	}
+// EtcdServers lists every etcd server of spec, overrides included, once
+// each, in the order of first appearance.
+func EtcdServers(spec *v1alpha1.EtcdSpec) []string {
 	var out []string
-	for _, s := range servers {
+	add := func(servers []string) {
+		for _, s := range servers {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	add(spec.Servers)
+	for _, o := range spec.Overrides {
+		add(o.Servers)
+	}
+	return out
+}
+
+// EtcdAddresses are the host:port addresses kube-apiserver dials for etcd
+// (EtcdServers), sorted and without duplicates: the only ones the etcd
+// dialer connects to.
+func EtcdAddresses(c *Completed) []string {
+	var out []string
+	for _, s := range EtcdServers(&c.Spec.Etcd) {
 		// Admission accepts only URLs with a host.
 		if u, err := url.Parse(s); err == nil && u.Host != "" {
 			out = append(out, u.Host)

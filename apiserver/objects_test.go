@@ -352,3 +352,22 @@ func TestEventRateLimit_RenderedMountedAndHashed(t *testing.T) {
 		t.Error("new limits (same command line) do not roll the pods")
 	}
 }
+
+// TestEtcdServersAndAddresses: every etcd server once, overrides included,
+// and the addresses kube-apiserver's CONNECTs name (the etcd dialer's
+// allow list), IPv6 in brackets as in the URL.
+func TestEtcdServersAndAddresses(t *testing.T) {
+	cfg := sample(t, "minimal")
+	cfg.Spec.Etcd.Servers = []string{"https://etcd-1:2379", "https://[fd00::1]:2379", "https://etcd-1:2379"}
+	cfg.Spec.Etcd.Overrides = []v1alpha1.EtcdOverride{
+		{Resource: "events", Servers: []string{"https://events:2379", "https://etcd-1:2379"}},
+		{Group: "coordination.k8s.io", Resource: "leases", Servers: []string{"http://leases:2380"}},
+	}
+	if got, want := EtcdServers(&cfg.Spec.Etcd), []string{"https://etcd-1:2379", "https://[fd00::1]:2379", "https://events:2379", "http://leases:2380"}; !slices.Equal(got, want) {
+		t.Errorf("EtcdServers: %v, want %v", got, want)
+	}
+	c := complete(t, cfg, Inputs{})
+	if got, want := EtcdAddresses(c), []string{"[fd00::1]:2379", "etcd-1:2379", "events:2379", "leases:2380"}; !slices.Equal(got, want) {
+		t.Errorf("EtcdAddresses: %v, want %v", got, want)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
 // EtcdClient talks to a tenant's etcd servers.
@@ -165,7 +166,7 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 		return nil
 	}
 	p.obs.etcdChecked = true
-	endpoints := etcdEndpoints(&p.c.Spec.Etcd)
+	endpoints := apiserver.EtcdServers(&p.c.Spec.Etcd)
 	p.obs.etcdErr = r.Etcd.Check(ctx, endpoints, p.etcdTLS)
 	if r.etcdWatch != nil {
 		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, unreachableEndpoint(p.obs.etcdErr))
@@ -208,25 +209,6 @@ func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerC
 		return nil, fmt.Errorf("the etcd client Secret %s/%s: %s holds no PEM certificate", cfg.Namespace, spec.TLS.SecretName, spec.TLS.CAKey)
 	}
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
-}
-
-// etcdEndpoints lists every server, overrides included, once each.
-func etcdEndpoints(spec *v1alpha1.EtcdSpec) []string {
-	seen := map[string]bool{}
-	var out []string
-	add := func(servers []string) {
-		for _, s := range servers {
-			if !seen[s] {
-				seen[s] = true
-				out = append(out, s)
-			}
-		}
-	}
-	add(spec.Servers)
-	for _, o := range spec.Overrides {
-		add(o.Servers)
-	}
-	return out
 }
 
 // serversOf is where kube-apiserver stores a core resource: its override,

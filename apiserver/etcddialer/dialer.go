@@ -80,8 +80,9 @@ type Server struct {
 	DialTimeout time.Duration
 	// Dial connects to etcd; nil means (&net.Dialer{}).DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Log receives a line when a CONNECT is held, connects after being held
-	// or gives up; the zero Logger discards.
+	// Log receives a line when an etcd server refuses and when it accepts
+	// again, and at V(1) one per request held, connected after holding or
+	// given up; the zero Logger discards.
 	Log logr.Logger
 
 	active atomic.Int64
@@ -234,10 +235,12 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	case clientLeft:
 		// Nobody is waiting for an answer.
 		if dialErr != nil {
-			s.Log.Info("Client left while held", "target", target, "waited", time.Since(start))
+			s.Log.V(1).Info("Client left while held", "target", target, "waited", time.Since(start))
 		}
 	case up == nil:
-		s.Log.Info("Gave up waiting for etcd", "target", target, "waited", time.Since(start), "err", dialErr)
+		// One line per request would be hundreds per outage: the dial
+		// loop logs the outage once per etcd server.
+		s.Log.V(1).Info("Gave up waiting for etcd", "target", target, "waited", time.Since(start), "err", dialErr)
 		answer(conn, answerUnavailable)
 	default:
 		if answer(conn, answerEstablished) {
@@ -261,24 +264,20 @@ func (s *Server) dialHeld(ctx context.Context, target string) (net.Conn, error) 
 			return nil, lastErr
 		}
 		up, err := s.dialOnce(ctx, target, min(s.dialTimeout(), remaining))
-		if err == nil {
-			if lastErr != nil {
-				s.Log.Info("Connected to etcd after holding", "target", target, "waited", time.Since(start))
+		if err != nil {
+			lastErr = err
+			var ok bool
+			if up, ok = s.awaitUp(ctx, target, giveUp, err); !ok {
+				return nil, lastErr
 			}
-			return up, nil
+			if up == nil {
+				continue // another request took the loop's connection
+			}
 		}
-		if lastErr == nil {
-			s.Log.Info("Holding CONNECT until etcd accepts", "target", target, "err", err)
+		if lastErr != nil {
+			s.Log.V(1).Info("Connected to etcd after holding", "target", target, "waited", time.Since(start))
 		}
-		lastErr = err
-		up, ok := s.awaitUp(ctx, target, giveUp)
-		if !ok {
-			return nil, lastErr
-		}
-		if up != nil {
-			s.Log.Info("Connected to etcd after holding", "target", target, "waited", time.Since(start))
-			return up, nil
-		}
+		return up, nil
 	}
 }
 
@@ -298,9 +297,9 @@ func (s *Server) dialOnce(ctx context.Context, target string, timeout time.Durat
 
 // awaitUp waits until target's dial loop connected, and returns its
 // connection if no other waiter took it first; false when giveUp came or
-// ctx was done first. The loop starts with the first waiter and stops once
-// it connected or nobody waits.
-func (s *Server) awaitUp(ctx context.Context, target string, giveUp time.Time) (net.Conn, bool) {
+// ctx was done first. The loop starts with the first waiter (refused with
+// err) and stops once it connected or nobody waits.
+func (s *Server) awaitUp(ctx context.Context, target string, giveUp time.Time, err error) (net.Conn, bool) {
 	s.mu.Lock()
 	p := s.probes[target]
 	if p == nil {
@@ -311,6 +310,7 @@ func (s *Server) awaitUp(ctx context.Context, target string, giveUp time.Time) (
 		s.probes[target] = p
 		// The loop outlives the request that started it: it stops when no
 		// request waits.
+		s.Log.Info("Etcd refused a connection: holding kube-apiserver's until it accepts", "target", target, "err", err)
 		go s.runProbe(context.WithoutCancel(ctx), target, p)
 	}
 	p.waiters++
@@ -345,6 +345,7 @@ func (s *Server) awaitUp(ctx context.Context, target string, giveUp time.Time) (
 // runProbe dials target every RetryInterval until it accepts (then wakes
 // the waiters) or nobody waits any more.
 func (s *Server) runProbe(ctx context.Context, target string, p *probe) {
+	start := time.Now()
 	for {
 		time.Sleep(s.retryInterval())
 		s.mu.Lock()
@@ -358,6 +359,7 @@ func (s *Server) runProbe(ctx context.Context, target string, p *probe) {
 		if err != nil {
 			continue
 		}
+		s.Log.Info("Etcd accepts connections again", "target", target, "after", time.Since(start))
 		s.mu.Lock()
 		s.endProbe(target, p)
 		if p.waiters > 0 {

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +25,15 @@ import (
 // wait bounds every wait of these tests; nothing should come close to it.
 const wait = 10 * time.Second
 
+// notify signals on c without waiting: a missed signal while one is
+// pending is the same signal.
+func notify(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
 // serve runs s on a fresh socket until the test ends, then checks that Serve
 // returned nil and waits for every connection to have been handled. It
 // returns the socket's path and a function that waits until s is idle.
@@ -31,10 +42,7 @@ func serve(t *testing.T, s *Server) (path string, waitIdle func()) {
 	s.Log = testr.New(t)
 	changed := make(chan struct{}, 1)
 	s.connDone = func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
+		notify(changed)
 	}
 	path = filepath.Join(t.TempDir(), "dialer.sock")
 	l, err := Listen(path)
@@ -195,10 +203,7 @@ func failingDials(failed chan<- struct{}) func(ctx context.Context, network, add
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
-			select {
-			case failed <- struct{}{}:
-			default:
-			}
+			notify(failed)
 		}
 		return conn, err
 	}
@@ -347,10 +352,7 @@ func TestConnectClientLeavesWhileHeld(t *testing.T) {
 			mu.Lock()
 			dials = append(dials, time.Now())
 			mu.Unlock()
-			select {
-			case dialed <- struct{}{}:
-			default:
-			}
+			notify(dialed)
 			return nil, errors.New("connection refused")
 		},
 	}
@@ -518,10 +520,7 @@ func TestConnectHeldRequestsShareOneDialLoop(t *testing.T) {
 			mu.Lock()
 			inFlight--
 			mu.Unlock()
-			select {
-			case loopDialed <- struct{}{}:
-			default:
-			}
+			notify(loopDialed)
 			return nil, errors.New("connection refused")
 		},
 	}
@@ -565,4 +564,50 @@ func TestConnectHeldRequestsShareOneDialLoop(t *testing.T) {
 	if maxInFlightAfter > 1 {
 		t.Errorf("%d dials of one etcd were in flight at once while %d requests were held: each request dialed on its own", maxInFlightAfter, requests)
 	}
+}
+
+// failingListener fails its first Accept as a process out of file
+// descriptors sees it.
+type failingListener struct {
+	net.Listener
+	failed atomic.Bool
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if !l.failed.Swap(true) {
+		return nil, &net.OpError{Op: "accept", Net: "unix", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestServeOutlivesTemporaryAcceptErrors: running out of file descriptors
+// for a moment does not stop the dialer (which would cut every relay).
+func TestServeOutlivesTemporaryAcceptErrors(t *testing.T) {
+	target := freeAddr(t)
+	listenTarget(t, target)
+	path := filepath.Join(t.TempDir(), "dialer.sock")
+	l, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingListener{Listener: l}
+	s := &Server{Allowed: []string{target}, Log: testr.New(t)}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, fl) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	conn := request(t, path, target)
+	defer func() { _ = conn.Close() }()
+	if status := answerStatus(t, conn); status != http.StatusOK {
+		t.Fatalf("CONNECT after a failed Accept: %d, want 200", status)
+	}
+	if !fl.failed.Load() {
+		t.Fatal("the listener's Accept never failed: the test proves nothing")
+	}
+	checkEcho(t, conn)
 }
