@@ -20,6 +20,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
 )
 
 // TestAdmission_AgreesWithKubeAPIServer is the differential test of
@@ -44,6 +45,9 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 		}
 	}
 	opts := options(t)
+	// What admission accepted is judged again exactly as the pod's
+	// start-up runs, without the Pool's shortcuts.
+	exact := exactValidator(t)
 	// Each bundled version in turn, judged by its own code; gates and
 	// plugins are drawn from every version's catalog, so that what one
 	// version removed or added is tried on the other.
@@ -74,7 +78,7 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for s := range work {
-				if msg := checkOne(opts, gens[s%uint64(len(gens))], s, &admitted, &refused); msg != "" {
+				if msg := checkOne(opts, exact, gens[s%uint64(len(gens))], s, &admitted, &refused); msg != "" {
 					mu.Lock()
 					failures = append(failures, msg)
 					mu.Unlock()
@@ -101,7 +105,7 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 
 // checkOne admits one random spec and, if admitted, judges the
 // controller's rendering of it; it returns a failure, or "".
-func checkOne(opts Options, gen *generator, seed uint64, admitted, refused *atomic.Int64) string {
+func checkOne(opts Options, exact upstream.Validator, gen *generator, seed uint64, admitted, refused *atomic.Int64) string {
 	cfg := gen.spec(seed)
 	manifest, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -113,7 +117,7 @@ func checkOne(opts Options, gen *generator, seed uint64, admitted, refused *atom
 			return fmt.Sprintf("seed %d: admission could not judge:\n%s\n%v", seed, manifest, err)
 		}
 		refused.Add(1)
-		return checkCatalogRefusal(opts, cfg, seed, manifest)
+		return checkCatalogRefusal(opts, exact, cfg, seed, manifest)
 	}
 	admitted.Add(1)
 	c, err := apiserver.Complete(got, apiserver.Inputs{ServiceClusterIP: serviceClusterIP(got)})
@@ -124,7 +128,7 @@ func checkOne(opts Options, gen *generator, seed uint64, admitted, refused *atom
 	if err != nil {
 		return fmt.Sprintf("seed %d: admitted, then the controller could not render it: %v\n%s", seed, err, manifest)
 	}
-	res, err := opts.Admission.Validator.Validate(context.Background(), c.Spec.Version, req)
+	res, err := exact.Validate(context.Background(), c.Spec.Version, req)
 	if err != nil {
 		return fmt.Sprintf("seed %d: the validator did not answer: %v", seed, err)
 	}
@@ -142,7 +146,7 @@ var catalogPhrases = []string{"has no flag", "has no feature gate", "is locked t
 // checkCatalogRefusal checks the other direction for a spec the catalog
 // checks refused in kube-apiserver's stead, and for nothing else: its
 // rendering must be refused by kube-apiserver's code too.
-func checkCatalogRefusal(opts Options, cfg *v1alpha1.ApiServerConfig, seed uint64, manifest []byte) string {
+func checkCatalogRefusal(opts Options, exact upstream.Validator, cfg *v1alpha1.ApiServerConfig, seed uint64, manifest []byte) string {
 	errs, _ := apiserver.Validate(cfg)
 	if len(errs) == 0 {
 		return ""
@@ -162,7 +166,7 @@ func checkCatalogRefusal(opts Options, cfg *v1alpha1.ApiServerConfig, seed uint6
 	if err != nil {
 		return ""
 	}
-	res, err := opts.Admission.Validator.Validate(context.Background(), c.Spec.Version, req)
+	res, err := exact.Validate(context.Background(), c.Spec.Version, req)
 	if err != nil {
 		return fmt.Sprintf("seed %d: the validator did not answer: %v", seed, err)
 	}

@@ -29,13 +29,26 @@ func crd(t *testing.T) []byte {
 // operator, with the validators built into bin/.
 func options(t *testing.T) Options {
 	t.Helper()
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "bin")
-	}
-	pool := upstream.NewPool(dir)
+	pool := upstream.NewPool(validatorDir())
 	t.Cleanup(pool.Close)
 	return Options{CRD: crd(t), Admission: apiserver.Admission{Validator: pool}}
+}
+
+// exactValidator judges as the pod's start-up runs, without the Pool's
+// shortcuts.
+func exactValidator(t *testing.T) *upstream.Pool {
+	t.Helper()
+	pool := upstream.NewPool(validatorDir(), upstream.Exact())
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// validatorDir holds the validators built into bin/.
+func validatorDir() string {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	return filepath.Join("..", "..", "bin")
 }
 
 func TestRender_SampleGoldenAndStable(t *testing.T) {

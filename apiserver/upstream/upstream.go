@@ -11,6 +11,14 @@
 // costs about as much as kube-apiserver's package initialisation; Pool keeps
 // one started process waiting per version so that a request pays only for
 // the judging.
+//
+// Two shortcuts keep a fleet's burst of specs fast, each shown by a test
+// with the real validators not to change a verdict: the loopback
+// certificate that every kube-apiserver start-up generates is generated
+// once per Pool and version, by that version's code, and supplied to its
+// validators (see the validator's supplyLoopback), and requests that differ only in values
+// kube-apiserver's start-up does not judge share an acceptance (see
+// Equivalent). Exact turns both off.
 package upstream
 
 import (
@@ -26,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -60,6 +69,9 @@ type Result struct {
 	Version  string    `json:"version"`
 	Problems []Problem `json:"problems,omitempty"`
 	Warnings []string  `json:"warnings,omitempty"`
+	// SuppliedLoopback says whether the validator's start-up took the
+	// loopback certificate supplied ahead (never for an Exact Pool).
+	SuppliedLoopback bool `json:"suppliedLoopback,omitempty"`
 }
 
 // Validator judges requests for kube-apiserver versions.
@@ -80,31 +92,125 @@ const Timeout = 20 * time.Second
 
 // Pool runs validator processes from the binaries in one directory.
 type Pool struct {
-	dir string
+	dir   string
+	exact bool
 
 	mu sync.Mutex
 	// waiting holds one started process per version, ready for a request.
 	waiting map[string]*process
 	closed  bool
+	// flights are the judgements under way by equivalence class: a
+	// request of the same class waits for the one under way rather than
+	// starting its own.
+	flights map[string]*flight
 
 	// answers remembers recent judgements: the same request (the same
 	// spec, applied again by a GitOps tool's sync or dry run) is answered
 	// without a process.
 	answers *answerCache
+	// accepted remembers recent acceptances by equivalence class: a
+	// fleet's specs that differ only in their etcd servers and prefix
+	// share one judgement.
+	accepted *answerCache
+
+	// loopback has, by version, the file of the loopback certificate
+	// supplied to its validators (see loopbackFile), in loopbackDir.
+	loopback    map[string]func() string
+	loopbackDir string
 
 	// busy bounds the processes judging at once: each takes about 100 MiB
 	// and a core while it judges; more requests wait their turn.
 	busy chan struct{}
 }
 
-// MaxConcurrent is how many validator processes judge at once.
-const MaxConcurrent = 2
+// flight is one judgement under way; res is set (when it succeeded) before
+// done is closed.
+type flight struct {
+	done chan struct{}
+	res  *Result
+}
+
+// Concurrency is how many validator processes judge at once: one per CPU
+// the operator may use, and at least 2.
+func Concurrency() int { return max(2, runtime.GOMAXPROCS(0)) }
+
+// answersKept is how many judgements each of the Pool's memories keeps:
+// a result is a few hundred bytes, a key 64.
+const answersKept = 4096
+
+// Option changes how a Pool judges.
+type Option func(*Pool)
+
+// Exact makes every judgement run upstream's start-up exactly as the pod
+// does: no supplied keys, no acceptance shared between equivalent
+// requests (only the same request is answered from memory). The tests that
+// show the shortcuts change no verdict judge with it.
+func Exact() Option { return func(p *Pool) { p.exact = true } }
 
 // NewPool serves the validators found in dir (files named
 // kube-apiserver-validator-<version>). Nothing is started until Warm or the
 // first request.
-func NewPool(dir string) *Pool {
-	return &Pool{dir: dir, waiting: map[string]*process{}, busy: make(chan struct{}, MaxConcurrent), answers: newAnswerCache(256)}
+func NewPool(dir string, opts ...Option) *Pool {
+	p := &Pool{dir: dir, waiting: map[string]*process{}, flights: map[string]*flight{}, loopback: map[string]func() string{},
+		busy: make(chan struct{}, Concurrency()), answers: newAnswerCache(answersKept), accepted: newAnswerCache(answersKept)}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// loopbackFile is the file of the loopback certificate and key that
+// version's validators are supplied with, generated once by that
+// validator's own code into a directory only this user can read; "" when
+// it could not be (each validator then generates its own while it waits).
+// They are throwaway: they sign nothing outside a validator, which never
+// listens.
+func (p *Pool) loopbackFile(version string) string {
+	p.mu.Lock()
+	f, ok := p.loopback[version]
+	if !ok {
+		f = sync.OnceValue(func() string { return p.generateLoopback(version) })
+		p.loopback[version] = f
+	}
+	p.mu.Unlock()
+	return f()
+}
+
+func (p *Pool) generateLoopback(version string) string {
+	out, err := exec.Command(p.binary(version), "--generate-loopback-cert-key").Output()
+	if err != nil {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ""
+	}
+	if p.loopbackDir == "" {
+		if p.loopbackDir, err = os.MkdirTemp("", "kube-apiserver-validator-"); err != nil {
+			p.loopbackDir = ""
+			return ""
+		}
+	}
+	path := filepath.Join(p.loopbackDir, "loopback-"+filepath.Base(version)+".pem")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		return ""
+	}
+	return path
+}
+
+// env is the environment of a validator process of version.
+func (p *Pool) env(version string) []string {
+	// Only what the validator needs: it sets its own proxy variables so
+	// that nothing reaches the network.
+	env := []string{"HOME=" + os.TempDir(), "TMPDIR=" + os.TempDir()}
+	if p.exact {
+		return append(env, "KUBE_APISERVER_VALIDATOR_EXACT=1")
+	}
+	if path := p.loopbackFile(version); path != "" {
+		env = append(env, "KUBE_APISERVER_VALIDATOR_LOOPBACK="+path)
+	}
+	return env
 }
 
 // Versions are the versions that have a validator in the pool's directory.
@@ -137,9 +243,10 @@ func (p *Pool) binary(version string) string {
 // requests do not pay the start-up.
 func (p *Pool) Warm() {
 	for _, v := range p.Versions() {
+		env := p.env(v)
 		p.mu.Lock()
 		if p.waiting[v] == nil && !p.closed {
-			if proc, err := start(p.binary(v)); err == nil {
+			if proc, err := start(p.binary(v), env); err == nil {
 				p.waiting[v] = proc
 			}
 		}
@@ -156,11 +263,15 @@ func (p *Pool) Close() {
 		proc.kill()
 		delete(p.waiting, v)
 	}
+	if p.loopbackDir != "" {
+		_ = os.RemoveAll(p.loopbackDir)
+	}
 }
 
-// Validate judges req with kube-apiserver version's code: it takes the
-// waiting process (or starts one), and starts the next one in the
-// background.
+// Validate judges req with kube-apiserver version's code: from memory when
+// the same request, or an equivalent one that was accepted, was judged
+// lately; else by the waiting process (or a new one), after which the next
+// one starts in the background.
 func (p *Pool) Validate(ctx context.Context, version string, req Request) (*Result, error) {
 	if !p.Has(version) {
 		return nil, fmt.Errorf("%w: %s (looked for %s)", ErrNoValidator, version, p.binary(version))
@@ -177,11 +288,58 @@ func (p *Pool) Validate(ctx context.Context, version string, req Request) (*Resu
 	if res, ok := p.answers.get(key); ok {
 		return res, nil
 	}
+	if p.exact {
+		return p.judge(ctx, version, req, key, "")
+	}
+	class, ok := Equivalent(req)
+	if !ok {
+		return p.judge(ctx, version, req, key, "")
+	}
+	classKey, err := cacheKey(version, class)
+	if err != nil {
+		return nil, err
+	}
+	if res, ok := p.accepted.get(classKey); ok {
+		return res, nil
+	}
+	// One judgement per class at a time: the others wait for its verdict,
+	// and are judged on their own only if it was a refusal (its messages
+	// are about its own values) or it did not finish.
+	p.mu.Lock()
+	f, underway := p.flights[classKey]
+	if !underway {
+		f = &flight{done: make(chan struct{})}
+		p.flights[classKey] = f
+	}
+	p.mu.Unlock()
+	if underway {
+		select {
+		case <-f.done:
+			if f.res != nil && len(f.res.Problems) == 0 {
+				return f.res, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the judgement of an equivalent spec: %w", ctx.Err())
+		}
+		return p.judge(ctx, version, req, key, classKey)
+	}
+	res, err := p.judge(ctx, version, req, key, classKey)
+	f.res = res
+	p.mu.Lock()
+	delete(p.flights, classKey)
+	p.mu.Unlock()
+	close(f.done)
+	return res, err
+}
+
+// judge has a process judge req, and remembers the answer under key and,
+// if it is an acceptance, under classKey (unless empty).
+func (p *Pool) judge(ctx context.Context, version string, req Request, key, classKey string) (*Result, error) {
 	select {
 	case p.busy <- struct{}{}:
 		defer func() { <-p.busy }()
 	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for a free validator (%d judge at once): %w", MaxConcurrent, ctx.Err())
+		return nil, fmt.Errorf("waiting for a free validator (%d judge at once): %w", cap(p.busy), ctx.Err())
 	}
 	p.mu.Lock()
 	proc := p.waiting[version]
@@ -190,13 +348,16 @@ func (p *Pool) Validate(ctx context.Context, version string, req Request) (*Resu
 	p.mu.Unlock()
 	if proc == nil {
 		var err error
-		if proc, err = start(p.binary(version)); err != nil {
+		if proc, err = start(p.binary(version), p.env(version)); err != nil {
 			return nil, err
 		}
 	}
 	res, err := proc.judge(ctx, req)
 	if err == nil {
 		p.answers.put(key, res)
+		if classKey != "" && len(res.Problems) == 0 {
+			p.accepted.put(classKey, res)
+		}
 	}
 	// The next process starts once this one is done, so that its start-up
 	// does not compete with the judging for CPU.
@@ -214,7 +375,7 @@ func (p *Pool) refill(version string) {
 	if there {
 		return
 	}
-	next, err := start(p.binary(version))
+	next, err := start(p.binary(version), p.env(version))
 	if err != nil {
 		return
 	}
@@ -242,11 +403,9 @@ type process struct {
 	readyErr error
 }
 
-func start(binary string) (*process, error) {
+func start(binary string, env []string) (*process, error) {
 	cmd := exec.Command(binary)
-	// Only what the validator needs: it sets its own proxy variables so
-	// that nothing reaches the network.
-	cmd.Env = []string{"HOME=" + os.TempDir(), "TMPDIR=" + os.TempDir()}
+	cmd.Env = env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("starting the validator %s: %w", binary, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ import (
 // behaviour after printing "ready": it records its PID in dir/started-PID.
 func fakeValidator(t *testing.T, dir, version, answer string) {
 	t.Helper()
-	script := "#!/bin/sh\ntouch " + dir + "/started-$$\necho ready\n" + answer + "\n"
+	script := "#!/bin/sh\n[ \"$1\" = --generate-loopback-cert-key ] && exit 1\ntouch " + dir + "/started-$$\necho ready\n" + answer + "\n"
 	if err := os.WriteFile(filepath.Join(dir, BinaryPrefix+version), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -147,4 +148,118 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatal("condition not met within 5s")
+}
+
+// tenantRequest is a request of one tenant of a fleet: its own etcd
+// servers and prefix.
+func tenantRequest(i int) Request {
+	return Request{Args: []string{
+		"--etcd-servers=https://etcd-" + strconv.Itoa(i) + ".tenants:2379",
+		"--etcd-prefix=/tenants/t" + strconv.Itoa(i),
+		"--etcd-servers-overrides=/events#https://events-" + strconv.Itoa(i) + ":2379",
+		"--secure-port=6443",
+	}}
+}
+
+func TestPool_EquivalentRequestsShareAnAcceptanceOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer string
+		exact  bool
+		shared bool
+	}{
+		{"an acceptance is shared", `{"version":"$$"}`, false, true},
+		{"a refusal is not", `{"version":"$$","problems":[{"message":"no"}]}`, false, false},
+		{"nothing is shared by an exact pool", `{"version":"$$"}`, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fakeValidator(t, dir, "v1.37.1", "cat >/dev/null; echo '"+strings.ReplaceAll(tc.answer, "$$", `'$$'`)+"'")
+			var opts []Option
+			if tc.exact {
+				opts = append(opts, Exact())
+			}
+			p := NewPool(dir, opts...)
+			defer p.Close()
+			first, err := p.Validate(context.Background(), "v1.37.1", tenantRequest(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := p.Validate(context.Background(), "v1.37.1", tenantRequest(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if shared := second.Version == first.Version; shared != tc.shared {
+				t.Fatalf("the second tenant's request answered by process %s, the first's by %s: shared %v, want %v", second.Version, first.Version, shared, tc.shared)
+			}
+			// A request that differs in anything else is judged on its own.
+			other := tenantRequest(3)
+			other.Args[3] = "--secure-port=443"
+			third, err := p.Validate(context.Background(), "v1.37.1", other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if third.Version == first.Version || third.Version == second.Version {
+				t.Fatalf("a request with another --secure-port was answered from memory (process %s)", third.Version)
+			}
+		})
+	}
+}
+
+func TestPool_ABurstOfEquivalentRequestsIsJudgedOnce(t *testing.T) {
+	dir := t.TempDir()
+	// Each judgement takes a while, so that the burst arrives while the
+	// first is under way.
+	fakeValidator(t, dir, "v1.37.1", `cat >/dev/null; sleep 0.5; echo "{\"version\":\"$$\"}"`)
+	p := NewPool(dir)
+	defer p.Close()
+	results := make(chan *Result, 16)
+	for i := range 16 {
+		go func() {
+			res, err := p.Validate(context.Background(), "v1.37.1", tenantRequest(i))
+			if err != nil {
+				t.Error(err)
+			}
+			results <- res
+		}()
+	}
+	judges := map[string]bool{}
+	for range 16 {
+		if res := <-results; res != nil {
+			judges[res.Version] = true
+		}
+	}
+	if len(judges) != 1 {
+		t.Fatalf("16 equivalent requests at once were judged by %d processes, want 1", len(judges))
+	}
+}
+
+func TestEquivalent_KeepsWhatIsJudged(t *testing.T) {
+	class, ok := Equivalent(tenantRequest(1))
+	if !ok {
+		t.Fatal("a tenant's request is not shareable")
+	}
+	want := []string{"--etcd-servers=https://etcd.invalid:2379", "--etcd-prefix=/registry",
+		"--etcd-servers-overrides=/events#https://etcd.invalid:2379", "--secure-port=6443"}
+	if !slices.Equal(class.Args, want) {
+		t.Fatalf("Equivalent = %q, want %q", class.Args, want)
+	}
+	// Forms outside those whose values start-up does not judge: judged on
+	// their own.
+	for _, arg := range []string{
+		"--etcd-prefix=registry", "--etcd-prefix=/a b", "--etcd-prefix=/" + strings.Repeat("x", 128),
+		"--etcd-servers=unix:///run/etcd.sock", "--etcd-servers=https://etcd", "--etcd-servers=https://u:p@etcd:2379",
+		"--etcd-servers=https://etcd:2379/path", "--etcd-servers=https://etcd:2379?x=1", "--etcd-servers=",
+		"--etcd-servers-overrides=/events", "--etcd-servers-overrides=/events#etcd:2379",
+	} {
+		if _, ok := Equivalent(Request{Args: []string{arg}}); ok {
+			t.Errorf("%s is shared with other values", arg)
+		}
+	}
+	// The scheme and the number of servers are kept.
+	a, _ := Equivalent(Request{Args: []string{"--etcd-servers=http://a:1,http://b:2"}})
+	b, _ := Equivalent(Request{Args: []string{"--etcd-servers=https://a:1"}})
+	if slices.Equal(a.Args, b.Args) {
+		t.Fatal("two http servers and one https server are one class")
+	}
 }
