@@ -3,13 +3,16 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -29,19 +32,7 @@ import (
 func BenchmarkAdmission(b *testing.B) {
 	s := &scope{TB: b}
 	defer s.close()
-	env, err := envtest.Start(envtest.WithWebhooks())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = env.Stop() })
-	wh := env.WebhookInstallOptions
-	startOperator(s, env, "--webhooks=true", "--webhook-cert-management=external",
-		"--webhook-cert-dir", wh.LocalServingCertDir, "--webhook-bind-host", wh.LocalServingHost,
-		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--validator-dir", envtest.BinDir())
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "admission"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		b.Fatal(err)
-	}
+	env, ns := startAdmission(s, b)
 	spec := func(i int, refused bool) *v1alpha1.ApiServerConfig {
 		cfg := &v1alpha1.ApiServerConfig{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: fmt.Sprintf("t%d", i)},
@@ -96,4 +87,117 @@ func BenchmarkAdmission(b *testing.B) {
 			b.ReportMetric(float64(percentile(sorted, 0.99).Microseconds())/1000, "p99-ms")
 		})
 	}
+}
+
+// startAdmission starts a kube-apiserver with the operator's webhook
+// configuration and the manager serving it, and a namespace for the specs.
+func startAdmission(s *scope, b *testing.B) (*envtest.Environment, *corev1.Namespace) {
+	env, err := envtest.Start(envtest.WithWebhooks())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = env.Stop() })
+	wh := env.WebhookInstallOptions
+	startOperator(s, env, "--webhooks=true", "--webhook-cert-management=external",
+		"--webhook-cert-dir", wh.LocalServingCertDir, "--webhook-bind-host", wh.LocalServingHost,
+		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--validator-dir", envtest.BinDir())
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "admission"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		b.Fatal(err)
+	}
+	return env, ns
+}
+
+// BenchmarkAdmissionBurst measures a fleet's first sync as admission sees
+// it: BENCH_BURST_SPECS distinct specs (default 1 000; each tenant with its
+// own name, etcd servers, prefix and SANs, as a platform creates them),
+// applied as server-side dry runs by BENCH_BURST_CLIENTS parallel clients
+// (default 32) against the running operator's webhook. Every spec must be
+// admitted: a refusal (one for lack of time included) fails the benchmark.
+// It reports the latency percentiles one apply waits for and the specs
+// admitted per second.
+func BenchmarkAdmissionBurst(b *testing.B) {
+	specs, clients := envInt(b, "BENCH_BURST_SPECS", 1000), envInt(b, "BENCH_BURST_CLIENTS", 32)
+	s := &scope{TB: b}
+	defer s.close()
+	env, ns := startAdmission(s, b)
+	cfg := rest.CopyConfig(env.Config)
+	// The clients' own rate limit is not what is measured.
+	cfg.QPS, cfg.Burst = -1, 0
+	c, err := client.New(cfg, client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tenant := func(run, i int) *v1alpha1.ApiServerConfig {
+		name := fmt.Sprintf("r%d-t%d", run, i)
+		return &v1alpha1.ApiServerConfig{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+			Spec: v1alpha1.ApiServerConfigSpec{
+				Etcd: v1alpha1.EtcdSpec{Servers: []string{fmt.Sprintf("https://etcd-%s.tenants:2379", name)}, Prefix: "/tenants/" + name},
+				Serving: v1alpha1.ServingSpec{ExtraSANs: []string{name + ".api.example.com"}},
+			},
+		}
+	}
+	// The webhook serves once the first dry run goes through.
+	for deadline := time.Now().Add(time.Minute); ; {
+		err := c.Create(context.Background(), tenant(-1, 0), client.DryRunAll)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the webhook did not admit a valid spec within a minute: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.ResetTimer()
+	for run := range b.N {
+		latencies := make([]time.Duration, specs)
+		work := make(chan int)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var failures []error
+		start := time.Now()
+		for range clients {
+			wg.Go(func() {
+				for i := range work {
+					t0 := time.Now()
+					err := c.Create(context.Background(), tenant(run, i), client.DryRunAll)
+					latencies[i] = time.Since(t0)
+					if err != nil {
+						mu.Lock()
+						failures = append(failures, err)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		for i := range specs {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		elapsed := time.Since(start)
+		if len(failures) > 0 {
+			b.Fatalf("%d of %d distinct valid specs were refused; the first: %v", len(failures), specs, failures[0])
+		}
+		slices.Sort(latencies)
+		b.ReportMetric(float64(percentile(latencies, 0.50).Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(percentile(latencies, 0.99).Microseconds())/1000, "p99-ms")
+		b.ReportMetric(float64(latencies[len(latencies)-1].Microseconds())/1000, "max-ms")
+		b.ReportMetric(float64(specs)/elapsed.Seconds(), "specs/s")
+	}
+}
+
+// envInt is an integer setting of a benchmark, from the environment.
+func envInt(b *testing.B, name string, def int) int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }
