@@ -159,7 +159,7 @@ func (e EtcdV3) Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Con
 // etcd) and looks again soon.
 func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) error {
 	var err error
-	if p.etcdTLS, err = etcdTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
+	if p.etcdTLS, p.etcdTLSID, err = etcdTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
 		return err
 	}
 	if r.Etcd == nil {
@@ -169,7 +169,7 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 	endpoints := apiserver.EtcdServers(&p.c.Spec.Etcd)
 	p.obs.etcdErr = r.Etcd.Check(ctx, endpoints, p.etcdTLS)
 	if r.etcdWatch != nil {
-		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, unreachableEndpoint(p.obs.etcdErr))
+		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.etcdTLSID, unreachableEndpoint(p.obs.etcdErr))
 	}
 	if p.obs.etcdErr != nil {
 		ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", p.obs.etcdErr.Error())
@@ -180,15 +180,16 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 	return nil
 }
 
-// etcdTLS builds the client TLS configuration from spec.etcd.tls's Secret;
-// nil without one.
-func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec) (*tls.Config, error) {
+// etcdTLS builds the client TLS configuration from spec.etcd.tls's Secret,
+// and the identity of its material (see tlsIdentity); nil and "" without
+// one.
+func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec) (*tls.Config, string, error) {
 	if spec.TLS == nil {
-		return nil, nil
+		return nil, "", nil
 	}
 	s := &corev1.Secret{}
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: spec.TLS.SecretName}, s); err != nil {
-		return nil, fmt.Errorf("reading the etcd client Secret %s/%s named by spec.etcd.tls: %w", cfg.Namespace, spec.TLS.SecretName, err)
+		return nil, "", fmt.Errorf("reading the etcd client Secret %s/%s named by spec.etcd.tls: %w", cfg.Namespace, spec.TLS.SecretName, err)
 	}
 	ca, cert, key := s.Data[spec.TLS.CAKey], s.Data[spec.TLS.CertKey], s.Data[spec.TLS.KeyKey]
 	var missing []error
@@ -198,17 +199,17 @@ func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerC
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("the etcd client Secret %s/%s: %w", cfg.Namespace, spec.TLS.SecretName, errors.Join(missing...))
+		return nil, "", fmt.Errorf("the etcd client Secret %s/%s: %w", cfg.Namespace, spec.TLS.SecretName, errors.Join(missing...))
 	}
 	pair, err := tls.X509KeyPair(cert, key)
 	if err != nil {
-		return nil, fmt.Errorf("the etcd client Secret %s/%s holds no valid certificate and key: %w", cfg.Namespace, spec.TLS.SecretName, err)
+		return nil, "", fmt.Errorf("the etcd client Secret %s/%s holds no valid certificate and key: %w", cfg.Namespace, spec.TLS.SecretName, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("the etcd client Secret %s/%s: %s holds no PEM certificate", cfg.Namespace, spec.TLS.SecretName, spec.TLS.CAKey)
+		return nil, "", fmt.Errorf("the etcd client Secret %s/%s: %s holds no PEM certificate", cfg.Namespace, spec.TLS.SecretName, spec.TLS.CAKey)
 	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, tlsIdentity(ca, cert, key), nil
 }
 
 // serversOf is where kube-apiserver stores a core resource: its override,

@@ -47,6 +47,7 @@ type pass struct {
 	pki *pkiResult
 	// etcdTLS is how the operator reaches etcd (nil without TLS).
 	etcdTLS   *tls.Config
+	etcdTLSID string
 	configMap *corev1.ConfigMap
 	// encryption is the operator's encryption Secret, nil without one;
 	// enc is its material.
