@@ -228,10 +228,7 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	// The metadata of the users' Secrets and ConfigMaps, in a cache of its
 	// own: the manager's holds only the operator's objects.
-	references, err := cache.New(mgr.GetConfig(), cache.Options{
-		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
-		DefaultNamespaces: r.Namespaces, DefaultTransform: cache.TransformStripManagedFields(),
-	})
+	references, err := cache.New(mgr.GetConfig(), ReferenceCacheOptions(mgr.GetScheme(), mgr.GetRESTMapper(), r.Namespaces))
 	if err != nil {
 		return fmt.Errorf("creating the cache of referenced Secrets and ConfigMaps: %w", err)
 	}
@@ -313,4 +310,34 @@ func CacheOptions() cache.Options {
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}
+}
+
+// ReferenceCacheOptions are those of the cache of the users' Secrets and
+// ConfigMaps, which only says that one a spec may name was created,
+// changed or deleted. A management cluster holds many of them (service
+// account tokens, Helm releases), so each is kept as little as that needs:
+// its namespace, name and resource version, nothing of its labels,
+// annotations or owners, and none of the operator's own (the manager's
+// cache has those). BenchmarkReferenceCache measures it with 100 000
+// Secrets.
+func ReferenceCacheOptions(scheme *runtime.Scheme, mapper meta.RESTMapper, namespaces map[string]cache.Config) cache.Options {
+	notOwned, _ := labels.NewRequirement("app.kubernetes.io/managed-by", selection.NotEquals, []string{apiserver.FieldOwner})
+	return cache.Options{
+		Scheme: scheme, Mapper: mapper, DefaultNamespaces: namespaces,
+		DefaultLabelSelector: labels.NewSelector().Add(*notOwned),
+		DefaultTransform:     keepOnlyIdentity,
+	}
+}
+
+// keepOnlyIdentity strips an object's metadata down to what says which
+// object it is and which version of it.
+func keepOnlyIdentity(obj any) (any, error) {
+	o, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion,
+		DeletionTimestamp: o.DeletionTimestamp,
+	}}, nil
 }
