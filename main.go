@@ -14,11 +14,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -76,6 +78,7 @@ type options struct {
 	zap                  zap.Options
 	leaderElectionID     string
 	watchNamespaceFilter string
+	watchFilter          string
 	validatorDir         string
 	webhookHost          string
 	webhookPort          int
@@ -100,6 +103,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Name of the leader election lease.")
 	fs.StringVar(&o.watchNamespaceFilter, "watch-namespace", "",
 		"Only reconcile ApiServerConfigs in this namespace; all namespaces when empty.")
+	fs.StringVar(&o.watchFilter, "watch-filter", "",
+		"Only reconcile the ApiServerConfigs labelled "+apiserver.WatchFilterLabel+"=<this value>, with a leader election of their own (the lease is --leader-election-id suffixed with -<value>): several instances each own a labelled part of the fleet. Empty reconciles the ApiServerConfigs without the label.")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
 		"Serve metrics and webhooks over HTTP/2 as well; off because of the HTTP/2 Stream Cancellation and Rapid Reset CVEs.")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "",
@@ -146,6 +151,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.stallAfter <= 0 {
 		return nil, fmt.Errorf("--stall-after is %s: it must be positive", o.stallAfter)
+	}
+	if o.watchFilter != "" {
+		if errs := validation.IsDNS1123Label(o.watchFilter); len(errs) > 0 {
+			return nil, fmt.Errorf("--watch-filter=%q: %s (it is a label value and names the instance's lease)", o.watchFilter, strings.Join(errs, "; "))
+		}
+		o.leaderElectionID += "-" + o.watchFilter
 	}
 	if !o.controllers && !o.webhooks {
 		return nil, errors.New("--controllers=false and --webhooks=false leave the manager nothing to do: turn one on")
@@ -217,7 +228,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		// The manager exits as soon as it loses the lease, so a new leader
 		// can start without waiting for this one's caches to drain.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(),
+		Cache:                         controllers.CacheOptions(o.watchFilter),
 	}
 	if o.watchNamespaceFilter != "" {
 		mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{o.watchNamespaceFilter: {}}
@@ -310,7 +321,8 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 
-	setupLog.Info("Starting the manager", "controllers", o.controllers, "webhooks", o.webhooks, "leaderElection", o.leaderElect, "metricsAddress", o.metricsAddr)
+	setupLog.Info("Starting the manager", "controllers", o.controllers, "webhooks", o.webhooks, "leaderElection", o.leaderElect,
+		"leaderElectionID", o.leaderElectionID, "watchFilter", o.watchFilter, "metricsAddress", o.metricsAddr)
 	if err := mgr.Start(drain(ctx, delay, &stopping)); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

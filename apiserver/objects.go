@@ -181,6 +181,9 @@ func objectLabels(c *Completed) map[string]string {
 	l["app.kubernetes.io/managed-by"] = FieldOwner
 	l["app.kubernetes.io/component"] = "control-plane"
 	l["app.kubernetes.io/version"] = c.Spec.Version
+	if c.WatchFilter != "" {
+		l[WatchFilterLabel] = c.WatchFilter
+	}
 	return l
 }
 

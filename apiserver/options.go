@@ -67,7 +67,18 @@ type Completed struct {
 	ServiceAccountIssuers []string
 	// Sizing is the cache sizing in force.
 	Sizing Sizing
+	// WatchFilter is the ApiServerConfig's WatchFilterLabel: the operator
+	// instance it belongs to, whose objects carry it too.
+	WatchFilter string
 }
+
+// WatchFilterLabel, on an ApiServerConfig, names the operator instance
+// that reconciles it: the one started with --watch-filter=<its value>
+// (instances without a filter reconcile the ApiServerConfigs without the
+// label). The objects the operator creates for it carry it as well, so
+// that each instance caches only its own. It is not on the apiserver
+// pods: moving a tenant to another instance restarts nothing.
+const WatchFilterLabel = "controlplane.apiserver-operator.dev/watch-filter"
 
 // ServiceName is the name of the Service the operator creates in front of
 // the apiservers of the ApiServerConfig called name.
@@ -77,7 +88,7 @@ func ServiceName(name string) string { return name + "-apiserver" }
 // It fails only on values that admission should have refused (the CRD's
 // rules make that unreachable for objects read from the API server).
 func Complete(cfg *v1alpha1.ApiServerConfig, in Inputs) (*Completed, error) {
-	c := &Completed{Name: cfg.Name, Namespace: cfg.Namespace, Spec: *cfg.Spec.DeepCopy()}
+	c := &Completed{Name: cfg.Name, Namespace: cfg.Namespace, Spec: *cfg.Spec.DeepCopy(), WatchFilter: cfg.Labels[WatchFilterLabel]}
 	SetDefaults(&c.Spec)
 
 	v, err := utilversion.ParseSemantic(c.Spec.Version)

@@ -294,13 +294,19 @@ func minPositive(a, b time.Duration) time.Duration {
 // read with APIReader. Cached objects drop their managedFields, which the
 // reconciler never reads and which are a large part of each object once
 // server-side apply wrote it.
-func CacheOptions() cache.Options {
-	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": apiserver.FieldOwner})}
+//
+// With a watch filter (see apiserver.WatchFilterLabel) the cache holds
+// only the ApiServerConfigs labelled with it and their objects; without
+// one, only those without the label.
+func CacheOptions(watchFilter string) cache.Options {
+	filter := WatchFilterSelector(watchFilter)
+	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": apiserver.FieldOwner}).Add(filter...)}
 	// The apiserver pods carry the name label (they are the Deployment's,
 	// not the operator's, so they have no managed-by label).
 	apiserverPod, _ := labels.NewRequirement(apiserver.NameLabel, selection.Exists, nil)
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
+			&v1alpha1.ApiServerConfig{}:     {Label: labels.NewSelector().Add(filter...)},
 			&corev1.Pod{}:                   {Label: labels.NewSelector().Add(*apiserverPod)},
 			&corev1.Secret{}:                owned,
 			&corev1.ConfigMap{}:             owned,
@@ -310,6 +316,18 @@ func CacheOptions() cache.Options {
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}
+}
+
+// WatchFilterSelector selects what an instance with watchFilter reconciles:
+// the label's value, or, without a filter, no label.
+func WatchFilterSelector(watchFilter string) []labels.Requirement {
+	var r *labels.Requirement
+	if watchFilter == "" {
+		r, _ = labels.NewRequirement(apiserver.WatchFilterLabel, selection.DoesNotExist, nil)
+	} else {
+		r, _ = labels.NewRequirement(apiserver.WatchFilterLabel, selection.Equals, []string{watchFilter})
+	}
+	return []labels.Requirement{*r}
 }
 
 // ReferenceCacheOptions are those of the cache of the users' Secrets and

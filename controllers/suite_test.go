@@ -57,7 +57,7 @@ func run(m *testing.M) (int, error) {
 	wh := env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  env.Scheme,
-		Cache:   CacheOptions(),
+		Cache:   CacheOptions(""),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,

@@ -133,7 +133,7 @@ func BenchmarkAdmissionBurst(b *testing.B) {
 		return &v1alpha1.ApiServerConfig{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
 			Spec: v1alpha1.ApiServerConfigSpec{
-				Etcd: v1alpha1.EtcdSpec{Servers: []string{fmt.Sprintf("https://etcd-%s.tenants:2379", name)}, Prefix: "/tenants/" + name},
+				Etcd:    v1alpha1.EtcdSpec{Servers: []string{fmt.Sprintf("https://etcd-%s.tenants:2379", name)}, Prefix: "/tenants/" + name},
 				Serving: v1alpha1.ServingSpec{ExtraSANs: []string{name + ".api.example.com"}},
 			},
 		}
