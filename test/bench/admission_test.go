@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/test/burst"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 )
 
@@ -128,19 +128,10 @@ func BenchmarkAdmissionBurst(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tenant := func(run, i int) *v1alpha1.ApiServerConfig {
-		name := fmt.Sprintf("r%d-t%d", run, i)
-		return &v1alpha1.ApiServerConfig{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
-			Spec: v1alpha1.ApiServerConfigSpec{
-				Etcd:    v1alpha1.EtcdSpec{Servers: []string{fmt.Sprintf("https://etcd-%s.tenants:2379", name)}, Prefix: "/tenants/" + name},
-				Serving: v1alpha1.ServingSpec{ExtraSANs: []string{name + ".api.example.com"}},
-			},
-		}
-	}
+	template := &v1alpha1.ApiServerConfig{}
 	// The webhook serves once the first dry run goes through.
 	for deadline := time.Now().Add(time.Minute); ; {
-		err := c.Create(context.Background(), tenant(-1, 0), client.DryRunAll)
+		err := c.Create(context.Background(), burst.Tenant(template, ns.Name, "warm", 0), client.DryRunAll)
 		if err == nil {
 			break
 		}
@@ -151,40 +142,15 @@ func BenchmarkAdmissionBurst(b *testing.B) {
 	}
 	b.ResetTimer()
 	for run := range b.N {
-		latencies := make([]time.Duration, specs)
-		work := make(chan int)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var failures []error
-		start := time.Now()
-		for range clients {
-			wg.Go(func() {
-				for i := range work {
-					t0 := time.Now()
-					err := c.Create(context.Background(), tenant(run, i), client.DryRunAll)
-					latencies[i] = time.Since(t0)
-					if err != nil {
-						mu.Lock()
-						failures = append(failures, err)
-						mu.Unlock()
-					}
-				}
-			})
+		fleet := make([]*v1alpha1.ApiServerConfig, specs)
+		for i := range fleet {
+			fleet[i] = burst.Tenant(template, ns.Name, fmt.Sprintf("r%d", run), i)
 		}
-		for i := range specs {
-			work <- i
+		res := burst.Run(context.Background(), c, fleet, clients)
+		if len(res.Failures) > 0 {
+			b.Fatalf("%d of %d distinct valid specs were refused; the first: %v", len(res.Failures), specs, res.Failures[0])
 		}
-		close(work)
-		wg.Wait()
-		elapsed := time.Since(start)
-		if len(failures) > 0 {
-			b.Fatalf("%d of %d distinct valid specs were refused; the first: %v", len(failures), specs, failures[0])
-		}
-		slices.Sort(latencies)
-		b.ReportMetric(float64(percentile(latencies, 0.50).Microseconds())/1000, "p50-ms")
-		b.ReportMetric(float64(percentile(latencies, 0.99).Microseconds())/1000, "p99-ms")
-		b.ReportMetric(float64(latencies[len(latencies)-1].Microseconds())/1000, "max-ms")
-		b.ReportMetric(float64(specs)/elapsed.Seconds(), "specs/s")
+		res.Report(b.ReportMetric)
 	}
 }
 

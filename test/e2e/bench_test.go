@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/test/burst"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
@@ -411,4 +412,50 @@ func tenantsAtOnce(b *testing.B, c client.Client, n int) ([]time.Duration, int64
 	}
 	slices.Sort(times)
 	return times, mem.RSS
+}
+
+// BenchmarkTenantAdmissionBurst is a fleet's first sync against the
+// operator as installed from config/default (both replicas serve the
+// webhook, behind its Service): BENCH_BURST_SPECS distinct specs (1 000;
+// each tenant with its own name, etcd servers, prefix and serving names)
+// applied as server-side dry runs by BENCH_BURST_CLIENTS parallel clients
+// (32). Every spec must be admitted, none refused for lack of time.
+func BenchmarkTenantAdmissionBurst(b *testing.B) {
+	specs, clients := 1000, 32
+	for name, v := range map[string]*int{"BENCH_BURST_SPECS": &specs, "BENCH_BURST_CLIENTS": &clients} {
+		if s := os.Getenv(name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				b.Fatalf("%s=%q: want a positive number", name, s)
+			}
+			*v = n
+		}
+	}
+	installOperator(b)
+	cfg, err := cluster.RESTConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The clients' own rate limit is not what is measured.
+	cfg.QPS, cfg.Burst = -1, 0
+	c, err := client.New(cfg, client.Options{Scheme: ctrlClient(b).Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := tenantNamespace(b)
+	template := localTenant(b, ns, "burst")
+	b.StopTimer()
+	for run := range b.N {
+		fleet := make([]*v1alpha1.ApiServerConfig, specs)
+		for i := range fleet {
+			fleet[i] = burst.Tenant(template, ns, fmt.Sprintf("r%d", run), i)
+		}
+		b.StartTimer()
+		res := burst.Run(context.Background(), c, fleet, clients)
+		b.StopTimer()
+		if len(res.Failures) > 0 {
+			b.Fatalf("%d of %d distinct valid specs were refused; the first: %v", len(res.Failures), specs, res.Failures[0])
+		}
+		res.Report(b.ReportMetric)
+	}
 }
