@@ -131,8 +131,14 @@ type flight struct {
 }
 
 // Concurrency is how many validator processes judge at once: one per CPU
-// the operator may use, and at least 2.
-func Concurrency() int { return max(2, runtime.GOMAXPROCS(0)) }
+// the operator may use (GOMAXPROCS follows the container's CPU limit), at
+// least 2 and at most MaxConcurrency, each taking about 100 MiB while it
+// judges.
+func Concurrency() int { return min(MaxConcurrency, max(2, runtime.GOMAXPROCS(0))) }
+
+// MaxConcurrency bounds Concurrency within the webhook container's 512 MiB
+// (config/manager).
+const MaxConcurrency = 4
 
 // answersKept is how many judgements each of the Pool's memories keeps:
 // a result is a few hundred bytes, a key 64.
