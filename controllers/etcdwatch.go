@@ -173,6 +173,7 @@ func (w *etcdWatch) lookOnce(ctx context.Context) {
 		if limiter.Wait(gctx) != nil {
 			break
 		}
+		etcdWatchLooks.Inc()
 		g.Go(func() error {
 			if err := w.probe.probe(gctx, s.endpoint, tlsConfig, s.tlsID); err != nil {
 				mu.Lock()
@@ -216,6 +217,7 @@ func (w *etcdWatch) lookOnce(ctx context.Context) {
 	w.mu.Lock()
 	w.rounds++
 	w.mu.Unlock()
+	etcdWatchRounds.Inc()
 }
 
 // completedRounds is how many looks at every server have completed.

@@ -25,10 +25,18 @@ var (
 		Name: "apiserver_operator_reconcile_errors_total",
 		Help: "Reconcile passes that failed, by the step that failed.",
 	}, []string{"step"})
+	etcdWatchRounds = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "apiserver_operator_etcd_watch_rounds_total",
+		Help: "Completed looks of the etcd watch at every etcd server the tenants use.",
+	})
+	etcdWatchLooks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "apiserver_operator_etcd_watch_looks_total",
+		Help: "Status requests the etcd watch sent, one per etcd server and client identity per round.",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(certificateExpiry, timeToReady, sizingDecisions, reconcileErrors)
+	metrics.Registry.MustRegister(certificateExpiry, timeToReady, sizingDecisions, reconcileErrors, etcdWatchRounds, etcdWatchLooks)
 }
 
 func recordCertificateExpiry(cfg *v1alpha1.ApiServerConfig, certs []v1alpha1.CertificateStatus) {

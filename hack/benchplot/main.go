@@ -12,6 +12,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -77,8 +78,24 @@ func plotConverge(in string) (*plot.Plot, error) {
 	p.X.Label.Text = "seconds since the first create"
 	p.Y.Label.Text = "converged"
 	p.Add(plotter.NewGrid())
-	colors := []color.Color{color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}}
-	for i, n := range []int{100, 1000} {
+	colors := []color.Color{color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}}
+	// Every fleet size the run measured (converge-<N>.txt), smallest first.
+	files, err := filepath.Glob(filepath.Join(in, "converge-*.txt"))
+	if err != nil {
+		return nil, err
+	}
+	var sizes []int
+	for _, f := range files {
+		if n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "converge-"), ".txt")); err == nil {
+			sizes = append(sizes, n)
+		}
+	}
+	if len(sizes) == 0 {
+		return nil, fmt.Errorf("no converge-<N>.txt in %s", in)
+	}
+	slices.Sort(sizes)
+	for i, n := range sizes {
 		times, err := readSeries(filepath.Join(in, fmt.Sprintf("converge-%d.txt", n)))
 		if err != nil {
 			return nil, err

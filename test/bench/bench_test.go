@@ -59,7 +59,7 @@ func BenchmarkConverge(b *testing.B) {
 	for _, n := range sizesFromEnv(b, "BENCH_CONVERGE_OBJECTS", "100,1000") {
 		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
 			b.StopTimer()
-			var cpu, controlPlane, peak, requests, writes, reconciles float64
+			var cpu, controlPlane, peak, requests, writes, reconciles, restCPU, restWrites, restLooks float64
 			for range b.N {
 				r := convergeOnce(b, n)
 				cpu += r.cpuSeconds
@@ -68,6 +68,9 @@ func BenchmarkConverge(b *testing.B) {
 				requests += r.counters.requests
 				writes += r.counters.writes
 				reconciles += r.counters.reconciles
+				restCPU += r.rest.cpuSeconds / r.rest.window.Seconds()
+				restWrites += r.rest.counters.writes
+				restLooks += r.rest.counters.etcdLooks / r.rest.counters.etcdRounds
 			}
 			objects := float64(b.N * n)
 			b.ReportMetric(objects/b.Elapsed().Seconds(), "objects/s")
@@ -77,6 +80,9 @@ func BenchmarkConverge(b *testing.B) {
 			b.ReportMetric(requests/objects, "requests/object")
 			b.ReportMetric(writes/objects, "writes/object")
 			b.ReportMetric(reconciles/objects, "reconciles/object")
+			b.ReportMetric(1000*restCPU/float64(b.N), "rest-millicores")
+			b.ReportMetric(restWrites/float64(b.N), "rest-writes")
+			b.ReportMetric(restLooks/float64(b.N), "rest-etcd-looks/round")
 		})
 	}
 }
@@ -102,6 +108,8 @@ type convergeResult struct {
 	controlPlaneCPU float64 // kube-apiserver and etcd
 	peakRSS         uint64
 	counters        counters
+	// rest is the operator at rest once every object converged.
+	rest restCost
 }
 
 func convergeOnce(b *testing.B, n int) convergeResult {
@@ -121,11 +129,12 @@ func convergeOnce(b *testing.B, n int) convergeResult {
 	// Costs include the passes that follow convergence; the time does not.
 	c1 := op.waitIdle(s, 2*time.Minute)
 	u1, cp1 := op.usage(s), controlPlaneCPU(s)
+	atRest := op.atRest(s, time.Minute)
 	prof.wait(s)
 	saveHeap(s, fmt.Sprintf("converge-%d", n), op)
 	checkOwnedObjects(s, env.Client, objs)
 	writeSeries(s, fmt.Sprintf("converge-%d.txt", n), w.times(objs, start))
-	return convergeResult{cpuSeconds: u1.cpuSeconds - u0.cpuSeconds, controlPlaneCPU: cp1 - cp0, peakRSS: u1.peakRSS, counters: c1.sub(c0)}
+	return convergeResult{cpuSeconds: u1.cpuSeconds - u0.cpuSeconds, controlPlaneCPU: cp1 - cp0, peakRSS: u1.peakRSS, counters: c1.sub(c0), rest: atRest}
 }
 
 // BenchmarkApplyToDeployment creates one ApiServerConfig at a time against

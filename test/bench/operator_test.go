@@ -213,6 +213,33 @@ func (o *operator) waitIdle(b testing.TB, timeout time.Duration) counters {
 	return last
 }
 
+// rest is what the operator costs at rest, between two completed rounds
+// of its etcd watch (its only periodic work): bounded by timeout.
+type restCost struct {
+	window     time.Duration
+	cpuSeconds float64
+	counters   counters
+}
+
+func (o *operator) atRest(b testing.TB, timeout time.Duration) restCost {
+	b.Helper()
+	waitRound := func(after float64) counters {
+		deadline := time.Now().Add(timeout)
+		for time.Now().Before(deadline) {
+			if c := o.counters(b); c.etcdRounds > after {
+				return c
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		b.Fatalf("the etcd watch completed no round within %s", timeout)
+		return counters{}
+	}
+	c0 := waitRound(o.counters(b).etcdRounds)
+	u0, t0 := o.usage(b), time.Now()
+	c1 := waitRound(c0.etcdRounds + 1)
+	return restCost{window: time.Since(t0), cpuSeconds: o.usage(b).cpuSeconds - u0.cpuSeconds, counters: c1.sub(c0)}
+}
+
 // controlPlaneCPU is the CPU time, in seconds, of the kube-apiserver and
 // etcd this test process started: what the operator's load costs the
 // management cluster.
@@ -241,10 +268,14 @@ type counters struct {
 	// Gauges, at the time of the scrape: the controller's queue and busy
 	// workers.
 	queued, busy float64
+	// etcdRounds are the etcd watch's completed rounds, etcdLooks the
+	// status requests it sent.
+	etcdRounds, etcdLooks float64
 }
 
 func (c counters) sub(d counters) counters {
-	return counters{requests: c.requests - d.requests, writes: c.writes - d.writes, reconciles: c.reconciles - d.reconciles}
+	return counters{requests: c.requests - d.requests, writes: c.writes - d.writes, reconciles: c.reconciles - d.reconciles,
+		etcdRounds: c.etcdRounds - d.etcdRounds, etcdLooks: c.etcdLooks - d.etcdLooks}
 }
 
 func (c counters) add(d counters) counters {
@@ -289,6 +320,11 @@ func (o *operator) counters(b testing.TB) counters {
 					}
 				}
 			}
+		}
+	}
+	for family, v := range map[string]*float64{"apiserver_operator_etcd_watch_rounds_total": &c.etcdRounds, "apiserver_operator_etcd_watch_looks_total": &c.etcdLooks} {
+		for _, m := range families[family].GetMetric() {
+			*v += m.GetCounter().GetValue()
 		}
 	}
 	if reconciles, ok := families["controller_runtime_reconcile_total"]; ok {
