@@ -131,7 +131,7 @@ func (w *etcdWatch) NeedLeaderElection() bool { return true }
 // together do not look together.
 func (w *etcdWatch) Start(ctx context.Context) error {
 	defer w.probe.close()
-	next := time.Now().Add(rand.N(w.interval))
+	next := time.Now().Add(rand.N(w.interval)) //nolint:gosec // G404: a jitter, not a secret
 	for {
 		select {
 		case <-ctx.Done():
@@ -268,8 +268,8 @@ type etcdConnection struct {
 	dropped bool
 }
 
-func newEtcdConnections(etcd EtcdV3, max int) *etcdConnections {
-	return &etcdConnections{etcd: etcd, max: max, lru: list.New(), conns: map[etcdServer]*list.Element{}}
+func newEtcdConnections(etcd EtcdV3, kept int) *etcdConnections {
+	return &etcdConnections{etcd: etcd, max: kept, lru: list.New(), conns: map[etcdServer]*list.Element{}}
 }
 
 func (c *etcdConnections) probe(ctx context.Context, endpoint string, tlsConfig *tls.Config, tlsID string) error {

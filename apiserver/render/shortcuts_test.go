@@ -110,16 +110,11 @@ func compareShortcuts(fast, exact *upstream.Pool, gen *generator, seed uint64) (
 	if r.IntN(2) == 0 {
 		cfg.Spec.Etcd.Overrides = []v1alpha1.EtcdOverride{{Group: "", Resource: "events", Servers: []string{hostileServers[r.IntN(len(hostileServers))]}}}
 	}
-	c, err := apiserver.Complete(cfg, apiserver.Inputs{})
-	if err != nil {
+	req, version, judged := rendered(cfg)
+	if !judged {
 		return false, 0, nil // refused before any judging: nothing to compare
 	}
-	req, err := apiserver.ValidationRequest(c, "")
-	if err != nil {
-		return false, 0, nil
-	}
 	ctx := context.Background()
-	version := c.Spec.Version
 	want, err := exact.Validate(ctx, version, req)
 	if err != nil {
 		return false, 0, fmt.Errorf("seed %d: the exact validator did not answer: %w", seed, err)
@@ -176,6 +171,17 @@ func compareShortcuts(fast, exact *upstream.Pool, gen *generator, seed uint64) (
 		variants++
 	}
 	return accepted, variants, nil
+}
+
+// rendered is the request the webhook would judge for cfg and its version;
+// false when cfg is refused before that.
+func rendered(cfg *v1alpha1.ApiServerConfig) (upstream.Request, string, bool) {
+	c, err := apiserver.Complete(cfg, apiserver.Inputs{})
+	if err != nil {
+		return upstream.Request{}, "", false
+	}
+	req, err := apiserver.ValidationRequest(c, "")
+	return req, c.Spec.Version, err == nil
 }
 
 // sameMessage compares two of kube-apiserver's messages, as sets of their

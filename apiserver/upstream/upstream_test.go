@@ -11,10 +11,11 @@ import (
 	"time"
 )
 
-// fakeValidator writes a validator for version that answers with script's
+// fakeValidator writes a validator of v1.37.1 that answers with script's
 // behaviour after printing "ready": it records its PID in dir/started-PID.
-func fakeValidator(t *testing.T, dir, version, answer string) {
+func fakeValidator(t *testing.T, dir, answer string) {
 	t.Helper()
+	const version = "v1.37.1"
 	script := "#!/bin/sh\n[ \"$1\" = --generate-loopback-cert-key ] && exit 1\ntouch " + dir + "/started-$$\necho ready\n" + answer + "\n"
 	if err := os.WriteFile(filepath.Join(dir, BinaryPrefix+version), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -33,7 +34,7 @@ func started(t *testing.T, dir string) []string {
 func TestPool_OneProcessPerRequestAndOneWaiting(t *testing.T) {
 	dir := t.TempDir()
 	// The answer carries the process's PID as the version.
-	fakeValidator(t, dir, "v1.37.1", `cat >/dev/null; echo "{\"version\":\"$$\",\"problems\":[{\"flags\":[\"x\"],\"message\":\"no\"}]}"`)
+	fakeValidator(t, dir, `cat >/dev/null; echo "{\"version\":\"$$\",\"problems\":[{\"flags\":[\"x\"],\"message\":\"no\"}]}"`)
 	p := NewPool(dir)
 	defer p.Close()
 	if got := p.Versions(); len(got) != 1 || got[0] != "v1.37.1" || !p.Has("v1.37.1") || p.Has("v1.36.4") {
@@ -100,7 +101,7 @@ func TestPool_NoAnswerIsAnError(t *testing.T) {
 	for name, answer := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			fakeValidator(t, dir, "v1.37.1", answer)
+			fakeValidator(t, dir, answer)
 			p := NewPool(dir)
 			defer p.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -174,7 +175,7 @@ func TestPool_EquivalentRequestsShareAnAcceptanceOnly(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			fakeValidator(t, dir, "v1.37.1", "cat >/dev/null; echo '"+strings.ReplaceAll(tc.answer, "$$", `'$$'`)+"'")
+			fakeValidator(t, dir, "cat >/dev/null; echo '"+strings.ReplaceAll(tc.answer, "$$", `'$$'`)+"'")
 			var opts []Option
 			if tc.exact {
 				opts = append(opts, Exact())
@@ -210,7 +211,7 @@ func TestPool_ABurstOfEquivalentRequestsIsJudgedOnce(t *testing.T) {
 	dir := t.TempDir()
 	// Each judgement takes a while, so that the burst arrives while the
 	// first is under way.
-	fakeValidator(t, dir, "v1.37.1", `cat >/dev/null; sleep 0.5; echo "{\"version\":\"$$\"}"`)
+	fakeValidator(t, dir, `cat >/dev/null; sleep 0.5; echo "{\"version\":\"$$\"}"`)
 	p := NewPool(dir)
 	defer p.Close()
 	results := make(chan *Result, 16)

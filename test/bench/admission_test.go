@@ -32,7 +32,7 @@ import (
 func BenchmarkAdmission(b *testing.B) {
 	s := &scope{TB: b}
 	defer s.close()
-	env, ns := startAdmission(s, b)
+	env, ns := startAdmission(b, s)
 	spec := func(i int, refused bool) *v1alpha1.ApiServerConfig {
 		cfg := &v1alpha1.ApiServerConfig{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: fmt.Sprintf("t%d", i)},
@@ -91,7 +91,8 @@ func BenchmarkAdmission(b *testing.B) {
 
 // startAdmission starts a kube-apiserver with the operator's webhook
 // configuration and the manager serving it, and a namespace for the specs.
-func startAdmission(s *scope, b *testing.B) (*envtest.Environment, *corev1.Namespace) {
+func startAdmission(b *testing.B, s *scope) (*envtest.Environment, *corev1.Namespace) {
+	b.Helper()
 	env, err := envtest.Start(envtest.WithWebhooks())
 	if err != nil {
 		b.Fatal(err)
@@ -120,7 +121,7 @@ func BenchmarkAdmissionBurst(b *testing.B) {
 	specs, clients := envInt(b, "BENCH_BURST_SPECS", 1000), envInt(b, "BENCH_BURST_CLIENTS", 32)
 	s := &scope{TB: b}
 	defer s.close()
-	env, ns := startAdmission(s, b)
+	env, ns := startAdmission(b, s)
 	cfg := rest.CopyConfig(env.Config)
 	// The clients' own rate limit is not what is measured.
 	cfg.QPS, cfg.Burst = -1, 0

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
-	"github.com/apiserver-operator/apiserver-operator/test/burst"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/test/burst"
 	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
 
