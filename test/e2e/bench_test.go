@@ -459,3 +459,38 @@ func BenchmarkTenantAdmissionBurst(b *testing.B) {
 		res.Report(b.ReportMetric)
 	}
 }
+
+// BenchmarkTenantAdmissionOne is one new spec at a time against the
+// operator as installed: BENCH_ONE_SPECS (50) dry runs, each spec of a kind
+// of its own (a distinct extra argument, which kube-apiserver judges), so
+// that every one is judged by a validator process of its own.
+func BenchmarkTenantAdmissionOne(b *testing.B) {
+	n := 50
+	if s := os.Getenv("BENCH_ONE_SPECS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			b.Fatalf("BENCH_ONE_SPECS=%q: want a positive number", s)
+		}
+		n = v
+	}
+	installOperator(b)
+	c := ctrlClient(b)
+	ns := tenantNamespace(b)
+	template := localTenant(b, ns, "one")
+	b.StopTimer()
+	for run := range b.N {
+		specs := make([]*v1alpha1.ApiServerConfig, n)
+		for i := range specs {
+			specs[i] = burst.Tenant(template, ns, fmt.Sprintf("one%d", run), i)
+			specs[i].Spec.ExtraArgs = append(specs[i].Spec.ExtraArgs,
+				v1alpha1.ExtraArg{Name: "max-connection-bytes-per-sec", Value: strconv.Itoa(1<<20 + run*n + i)})
+		}
+		b.StartTimer()
+		res := burst.Run(context.Background(), c, specs, 1)
+		b.StopTimer()
+		if len(res.Failures) > 0 {
+			b.Fatalf("%d of %d valid specs were refused; the first: %v", len(res.Failures), n, res.Failures[0])
+		}
+		res.Report(b.ReportMetric)
+	}
+}
