@@ -51,14 +51,7 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 	// Each bundled version in turn, judged by its own code; gates and
 	// plugins are drawn from every version's catalog, so that what one
 	// version removed or added is tried on the other.
-	var catalogs []*apiserver.Catalog
-	for _, v := range v1alpha1.BundledVersions {
-		catalog, err := apiserver.CatalogFor(utilversion.MustParseSemantic(v))
-		if err != nil || catalog == nil {
-			t.Fatalf("no catalog of the bundled version %s: %v", v, err)
-		}
-		catalogs = append(catalogs, catalog)
-	}
+	catalogs := bundledCatalogs(t)
 	gens := make([]*generator, len(catalogs))
 	for i, c := range catalogs {
 		gens[i] = newGenerator(c, catalogs)
@@ -174,6 +167,20 @@ func checkCatalogRefusal(opts Options, exact upstream.Validator, cfg *v1alpha1.A
 		return fmt.Sprintf("seed %d: the catalog checks refuse what kube-apiserver %s accepts: %v\n%s", seed, res.Version, errs.ToAggregate(), manifest)
 	}
 	return ""
+}
+
+// bundledCatalogs are the catalogs of every bundled version.
+func bundledCatalogs(t *testing.T) []*apiserver.Catalog {
+	t.Helper()
+	var catalogs []*apiserver.Catalog
+	for _, v := range v1alpha1.BundledVersions {
+		catalog, err := apiserver.CatalogFor(utilversion.MustParseSemantic(v))
+		if err != nil || catalog == nil {
+			t.Fatalf("no catalog of the bundled version %s: %v", v, err)
+		}
+		catalogs = append(catalogs, catalog)
+	}
+	return catalogs
 }
 
 // serviceClusterIP is an address of the first range that is not its first

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"testing"
 
-	utilversion "k8s.io/apimachinery/pkg/util/version"
-
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
@@ -56,14 +54,7 @@ func TestShortcuts_ChangeNoVerdict(t *testing.T) {
 	}
 	fast, exact := upstream.NewPool(validatorDir()), exactValidator(t)
 	t.Cleanup(fast.Close)
-	var catalogs []*apiserver.Catalog
-	for _, v := range v1alpha1.BundledVersions {
-		catalog, err := apiserver.CatalogFor(utilversion.MustParseSemantic(v))
-		if err != nil || catalog == nil {
-			t.Fatalf("no catalog of the bundled version %s: %v", v, err)
-		}
-		catalogs = append(catalogs, catalog)
-	}
+	catalogs := bundledCatalogs(t)
 
 	var mu sync.Mutex
 	var accepted, refused, shared int

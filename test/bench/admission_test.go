@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -98,15 +97,21 @@ func startAdmission(b *testing.B, s *scope) (*envtest.Environment, *corev1.Names
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = env.Stop() })
-	wh := env.WebhookInstallOptions
-	startOperator(s, env, "--webhooks=true", "--webhook-cert-management=external",
-		"--webhook-cert-dir", wh.LocalServingCertDir, "--webhook-bind-host", wh.LocalServingHost,
-		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--validator-dir", envtest.BinDir())
+	startOperator(s, env, webhookArgs(env)...)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "admission"}}
 	if err := env.Client.Create(context.Background(), ns); err != nil {
 		b.Fatal(err)
 	}
 	return env, ns
+}
+
+// webhookArgs make the manager serve env's webhook configuration, judging
+// with the validators built into bin/.
+func webhookArgs(env *envtest.Environment) []string {
+	wh := env.WebhookInstallOptions
+	return []string{"--webhooks=true", "--webhook-cert-management=external",
+		"--webhook-cert-dir", wh.LocalServingCertDir, "--webhook-bind-host", wh.LocalServingHost,
+		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--validator-dir", envtest.BinDir()}
 }
 
 // BenchmarkAdmissionBurst measures a fleet's first sync as admission sees
@@ -118,7 +123,7 @@ func startAdmission(b *testing.B, s *scope) (*envtest.Environment, *corev1.Names
 // It reports the latency percentiles one apply waits for and the specs
 // admitted per second.
 func BenchmarkAdmissionBurst(b *testing.B) {
-	specs, clients := envInt(b, "BENCH_BURST_SPECS", 1000), envInt(b, "BENCH_BURST_CLIENTS", 32)
+	specs, clients := intFromEnv(b, "BENCH_BURST_SPECS", 1000), intFromEnv(b, "BENCH_BURST_CLIENTS", 32)
 	s := &scope{TB: b}
 	defer s.close()
 	env, ns := startAdmission(b, s)
@@ -153,18 +158,4 @@ func BenchmarkAdmissionBurst(b *testing.B) {
 		}
 		res.Report(b.ReportMetric)
 	}
-}
-
-// envInt is an integer setting of a benchmark, from the environment.
-func envInt(b *testing.B, name string, def int) int {
-	b.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		b.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
 }

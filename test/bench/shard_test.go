@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -29,13 +28,10 @@ func TestWatchFilter_TwoInstancesSplitTheFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	wh := env.WebhookInstallOptions
 	instance := func(filter string, webhooks bool) *operator {
 		args := []string{"--watch-filter=" + filter, "--leader-elect=true", "--leader-election-namespace=default"}
 		if webhooks {
-			args = append(args, "--webhooks=true", "--webhook-cert-management=external",
-				"--webhook-cert-dir", wh.LocalServingCertDir, "--webhook-bind-host", wh.LocalServingHost,
-				"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--validator-dir", envtest.BinDir())
+			args = append(args, webhookArgs(env)...)
 		}
 		return startOperator(s, env, args...)
 	}
