@@ -277,14 +277,21 @@ func step(name string, err error) error {
 	return &stepError{step: name, err: err}
 }
 
-func minPositive(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return max(b, time.Second)
-	case b <= 0:
-		return a
+// overdueRequeue is how soon a pass follows one that asked to come back at
+// a time already past (a deadline that is due now): never a busy loop.
+const overdueRequeue = time.Second
+
+// sooner is the earlier of current, a requeue where 0 means none, and d, a
+// requeue asked for: d is kept as asked whatever current is, except that a
+// d not in the future means overdueRequeue.
+func sooner(current, d time.Duration) time.Duration {
+	if d <= 0 {
+		d = overdueRequeue
 	}
-	return min(a, b)
+	if current <= 0 {
+		return d
+	}
+	return min(current, d)
 }
 
 // CacheOptions limits the manager's cache of the kinds the operator owns

@@ -157,17 +157,27 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	return res, nil
 }
 
-// track records a certificate in status and in the next renewal time.
+// track records a certificate that a pass renews when due in status and in
+// the next renewal time.
 func (res *pkiResult) track(name string, cert *x509.Certificate, percent int32) {
+	renewAt := res.trackSigner(name, cert, percent)
+	if res.nextRenewal.IsZero() || renewAt.Before(res.nextRenewal) {
+		res.nextRenewal = renewAt
+	}
+}
+
+// trackSigner records a CA in status only: no pass renews a CA. The
+// cluster CA's rotation comes back when it is due (rotation.Kind.WakeAt);
+// a user's CA is the user's to renew. Counted as a renewal, a CA past its
+// renewal time would bring a pass every second until it expires.
+func (res *pkiResult) trackSigner(name string, cert *x509.Certificate, percent int32) time.Time {
 	renewAt := pki.RenewAt(cert, percent)
 	res.certificates = append(res.certificates, v1alpha1.CertificateStatus{
 		Name:       name,
 		NotAfter:   metav1.NewTime(cert.NotAfter.UTC().Truncate(time.Second)),
 		RenewAfter: &metav1.Time{Time: renewAt.UTC().Truncate(time.Second)},
 	})
-	if res.nextRenewal.IsZero() || renewAt.Before(res.nextRenewal) {
-		res.nextRenewal = renewAt
-	}
+	return renewAt
 }
 
 // loadedCA is a CA as the operator keeps it in its Secret.
@@ -199,7 +209,7 @@ func (r *ApiServerConfigReconciler) loadOrCreateCA(ctx context.Context, reader c
 		}
 		res.issued = append(res.issued, secretName)
 	}
-	res.track(secretName, out.ca.Cert(), pki.DefaultRenewalPercent)
+	res.trackSigner(secretName, out.ca.Cert(), pki.DefaultRenewalPercent)
 	return out, nil
 }
 
@@ -227,7 +237,7 @@ func (r *ApiServerConfigReconciler) loadCA(ctx context.Context, refs client.Read
 			return fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, name, err)
 		}
 		s.CA = user
-		res.track(name, user.Cert(), pki.DefaultRenewalPercent)
+		res.trackSigner(name, user.Cert(), pki.DefaultRenewalPercent)
 		return nil
 	}
 	own, err := r.loadOrCreateCA(ctx, ownSecrets{r}, cfg.Namespace, name, "kubernetes", certs.KeyAlgorithm, certs.CAValidity.Duration, now, res)

@@ -64,7 +64,7 @@ type pass struct {
 }
 
 // requeueWithin brings the next pass at most d from now.
-func (p *pass) requeueWithin(d time.Duration) { p.requeue = minPositive(p.requeue, d) }
+func (p *pass) requeueWithin(d time.Duration) { p.requeue = sooner(p.requeue, d) }
 
 // complete completes the spec with what the pass knows so far. It is the
 // only caller of apiserver.Complete: the Service step calls it with the
@@ -150,7 +150,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		// An environment failure is looked at again when it would stall.
 		if f := p.obs.failure; retErr == nil && f != nil && !f.stalled(p.now, p.obs.stallAfter) {
-			result.RequeueAfter = minPositive(result.RequeueAfter, f.since.Add(p.obs.stallAfter).Sub(p.now)+time.Second)
+			result.RequeueAfter = sooner(result.RequeueAfter, f.since.Add(p.obs.stallAfter).Sub(p.now)+time.Second)
 		}
 		r.trackTimeToReady(cfg, r.Clock.Now())
 		if r.etcdWatch != nil && !p.obs.etcdChecked {
