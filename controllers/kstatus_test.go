@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -338,4 +340,72 @@ func createAPIServerPod(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string
 		t.Fatal(err)
 	}
 	return pod
+}
+
+// heldEtcd is an etcd whose status check answers only when the test says.
+type heldEtcd struct {
+	entered chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (e *heldEtcd) Check(ctx context.Context, _ []string, _ *tls.Config) error {
+	e.once.Do(func() { close(e.entered) })
+	select {
+	case <-e.release:
+	case <-ctx.Done():
+	}
+	return fmt.Errorf("etcd did not answer")
+}
+
+func (e *heldEtcd) Count(context.Context, []string, *tls.Config, ...string) ([]int64, error) {
+	return nil, fmt.Errorf("etcd did not answer")
+}
+
+func (e *heldEtcd) Scan(context.Context, []string, *tls.Config, string, func(key, value []byte)) error {
+	return fmt.Errorf("etcd did not answer")
+}
+
+func TestApiServerConfigReconciler_ANewTenantSaysReconcilingBeforeItsEtcdAnswers(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "first", nil)
+	// Only this test's reconciler takes it: the manager's takes only
+	// tenants without a watch filter.
+	cfg.Labels = map[string]string{apiserver.WatchFilterLabel: "status-first"}
+	etcd := &heldEtcd{entered: make(chan struct{}), release: make(chan struct{})}
+	r := &ApiServerConfigReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock.RealClock{}, Etcd: etcd}
+	created := time.Now()
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Reconcile(ctx, reconcileRequest(cfg))
+		done <- err
+	}()
+	select {
+	case <-etcd.entered:
+	case err := <-done:
+		t.Fatalf("the first pass ended without checking etcd: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first pass never checked etcd")
+	}
+	// The etcd check is under way, and answers only once this is read.
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	waited := time.Since(created)
+	close(etcd.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.ObservedGeneration != got.Generation {
+		t.Fatalf("while etcd is checked, status.observedGeneration is %d, want %d", got.Status.ObservedGeneration, got.Generation)
+	}
+	if c := conditionOf(got, v1alpha1.ConditionReconciling); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != got.Generation {
+		t.Fatalf("while etcd is checked, Reconciling is %v, want True for generation %d", c, got.Generation)
+	}
+	if res := kstatusOf(t, got); res.Status != kstatus.InProgressStatus {
+		t.Fatalf("while etcd is checked, kstatus computes %s (%s), want InProgress", res.Status, res.Message)
+	}
+	t.Logf("Status said Reconciling before the first etcd check, at most %s after creation", waited.Round(time.Millisecond))
 }

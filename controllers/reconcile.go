@@ -109,9 +109,9 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 	}
 }
 
-// Reconcile adds the finalizer, says that a new generation is being
-// reconciled, then runs the steps in order. Status is written once, at the
-// end, and only when it changed.
+// Reconcile says that a new generation is being reconciled, adds the
+// finalizer, then runs the steps in order. Status is then written once
+// more, at the end, and only when it changed.
 func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	cfg := &v1alpha1.ApiServerConfig{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cfg); err != nil {
@@ -131,11 +131,11 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		return ctrl.Result{}, r.reconcileDelete(ctx, cfg)
 	}
-	if err := r.addFinalizer(ctx, cfg); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err) // deleted meanwhile: nothing is left to do
-	}
 	if err := r.markReconciling(ctx, cfg); err != nil {
 		return ctrl.Result{}, err
+	}
+	if err := r.addFinalizer(ctx, cfg); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err) // deleted meanwhile: nothing is left to do
 	}
 
 	p := r.newPass(cfg)
@@ -227,14 +227,14 @@ func (r *ApiServerConfigReconciler) checkReferences(ctx context.Context, p *pass
 	return err
 }
 
-// markReconciling says at once, before any slow step, that the operator
-// works on a new generation of an object it has reported on: otherwise the
-// previous generation's conditions, Ready among them, would stand until the
-// pass ends. A new object needs no such write: its observedGeneration reads
-// 0 (a default of the CRD) until the operator's first status, which GitOps
-// tools read as in progress.
+// markReconciling is the first write of a new generation, before any step
+// that may wait on the network (an etcd check that times out, a tenant's
+// API): status says that the operator works on it. Otherwise the previous
+// generation's conditions, Ready among them, would stand until the pass
+// ends; a new object would have no status at all, which GitOps tools
+// (kstatus) read as Current.
 func (r *ApiServerConfigReconciler) markReconciling(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
-	if cfg.Status.ObservedGeneration == cfg.Generation || len(cfg.Status.Conditions) == 0 {
+	if cfg.Status.ObservedGeneration == cfg.Generation && len(cfg.Status.Conditions) > 0 {
 		return nil
 	}
 	before := cfg.DeepCopy()
