@@ -340,11 +340,11 @@ func ParseEncryptionKeys(data []byte, legacy EncryptionLayout) (EncryptionKeys, 
 	return m, nil
 }
 
-// DesiredEncryptionSecret holds the EncryptionConfiguration of m, the
+// desiredEncryptionSecret holds the EncryptionConfiguration of m, the
 // material itself and where its rotation stands, when
 // spec.encryption.provider asks the operator to manage encryption; nil
 // otherwise (the user's own configuration Secret).
-func DesiredEncryptionSecret(c *Completed, m EncryptionKeys, state rotation.State) (*corev1.Secret, error) {
+func desiredEncryptionSecret(c *Completed, m EncryptionKeys, state rotation.State) (*corev1.Secret, error) {
 	if e := c.Spec.Encryption; e == nil || e.Provider == "" {
 		return nil, nil
 	}

@@ -147,7 +147,7 @@ func TestEncryptionKeys_Config(t *testing.T) {
 func TestDesiredEncryptionSecret(t *testing.T) {
 	cfg := sample(t, "minimal")
 	cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{ConfigSecretName: "mine"}
-	if s, err := DesiredEncryptionSecret(complete(t, cfg, Inputs{}), EncryptionKeys{}, rotation.State{}); s != nil || err != nil {
+	if s, err := desiredEncryptionSecret(complete(t, cfg, Inputs{}), EncryptionKeys{}, rotation.State{}); s != nil || err != nil {
 		t.Fatalf("with the user's own configuration there is no Secret, got %v, %v", s, err)
 	}
 	cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
@@ -155,7 +155,7 @@ func TestDesiredEncryptionSecret(t *testing.T) {
 	key := EncryptionKey{Name: "key-2", Provider: v1alpha1.EncryptionSecretbox, Secret: []byte("0123456789abcdef0123456789abcdef")}
 	old := EncryptionLayout{Key: EncryptionKey{Name: "key-1", Provider: v1alpha1.EncryptionSecretbox, Secret: make([]byte, 32)}, Resources: []string{"secrets"}}
 	keys := EncryptionKeys{Current: EncryptionLayout{Key: key, Resources: DefaultEncryptedResources}, Old: &old}
-	s, err := DesiredEncryptionSecret(c, keys, rotation.State{Phase: rotation.SignWithNew, Since: encryptionTestTime, SignerSince: encryptionTestTime, Request: "r"})
+	s, err := desiredEncryptionSecret(c, keys, rotation.State{Phase: rotation.SignWithNew, Since: encryptionTestTime, SignerSince: encryptionTestTime, Request: "r"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestDesiredEncryptionSecret(t *testing.T) {
 		t.Fatalf("the Secret's material does not read back: %+v, %v", parsed, err)
 	}
 	short := EncryptionKeys{Current: EncryptionLayout{Key: EncryptionKey{Name: "short", Provider: v1alpha1.EncryptionSecretbox, Secret: []byte("SHORTKEY")}}}
-	if _, err := DesiredEncryptionSecret(c, short, rotation.State{}); err == nil || strings.Contains(err.Error(), "SHORTKEY") {
+	if _, err := desiredEncryptionSecret(c, short, rotation.State{}); err == nil || strings.Contains(err.Error(), "SHORTKEY") {
 		t.Fatalf("a short key must be refused without echoing it, got %v", err)
 	}
 	if got := fmt.Sprintf("%v %+v %#v %v", key, key, []EncryptionKey{key}, keys); strings.Contains(got, "0123456789") {
@@ -280,7 +280,7 @@ func TestDefaultEncryption_PassesCIS(t *testing.T) {
 	if err != nil || phase != rotation.SignWithNew {
 		t.Fatal(phase, err)
 	}
-	s, err := DesiredEncryptionSecret(c, keys, rotation.State{})
+	s, err := desiredEncryptionSecret(c, keys, rotation.State{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,8 +110,8 @@ type OwnedSecret struct {
 }
 
 // OwnedSecrets are the Secrets the operator may write for the
-// ApiServerConfig name, those Retain keeps last: DesiredPKISecrets and
-// DesiredEncryptionSecret write them, the pods mount them
+// ApiServerConfig name, those Retain keeps last: desiredPKISecrets and
+// desiredEncryptionSecret write them, the pods mount them
 // (MountedObjects), deletion and render follow this list.
 func OwnedSecrets(name string) []OwnedSecret {
 	tls := []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey}
@@ -187,8 +187,18 @@ func objectLabels(c *Completed) map[string]string {
 	return l
 }
 
+// objectMeta names the object name of c. Its owner is c's ApiServerConfig
+// (deleting it deletes the object), except for what pkiRetention Retain
+// keeps (see Retainable).
 func objectMeta(c *Completed, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: objectLabels(c)}
+	m := metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: objectLabels(c)}
+	if c.UID != "" && (c.Spec.Certificates.PKIRetention != "Retain" || !Retainable(c.Name, name)) {
+		m.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: v1alpha1.GroupVersion.String(), Kind: "ApiServerConfig", Name: c.Name, UID: c.UID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+		}}
+	}
+	return m
 }
 
 // Image is the container image of kube-apiserver: spec.image, or the
@@ -229,10 +239,10 @@ func DesiredService(c *Completed) *corev1.Service {
 	return svc
 }
 
-// DesiredPodDisruptionBudget keeps all but one apiserver up during voluntary
+// desiredPodDisruptionBudget keeps all but one apiserver up during voluntary
 // disruptions (node drains). With one replica or none it returns nil: a
 // budget would then block every drain, so the controller deletes it.
-func DesiredPodDisruptionBudget(c *Completed) *policyv1.PodDisruptionBudget {
+func desiredPodDisruptionBudget(c *Completed) *policyv1.PodDisruptionBudget {
 	if *c.Spec.MasterCount <= 1 {
 		return nil
 	}
@@ -246,10 +256,10 @@ func DesiredPodDisruptionBudget(c *Completed) *policyv1.PodDisruptionBudget {
 	}
 }
 
-// DesiredConfigMap holds the files the operator renders without secrets:
+// desiredConfigMap holds the files the operator renders without secrets:
 // the authentication configuration, the egress selector configuration
 // and, unless the user gave one, the audit policy.
-func DesiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
+func desiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(c, ConfigMapName(c.Name)),
@@ -321,11 +331,11 @@ type DeploymentInputs struct {
 	EtcdDialerImage string
 }
 
-// DesiredDeployment runs masterCount kube-apiservers with args. It rolls
+// desiredDeployment runs masterCount kube-apiservers with args. It rolls
 // one pod at a time and only after the new one is ready (maxUnavailable 0),
 // so scaling and rotations never leave the Service without a ready
 // apiserver.
-func DesiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv1.Deployment, error) {
+func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv1.Deployment, error) {
 	if in.Objects == nil {
 		return nil, fmt.Errorf("building the Deployment of %s/%s: the content of its files is not given", c.Namespace, c.Name)
 	}

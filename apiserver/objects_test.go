@@ -42,11 +42,11 @@ func desiredObjectsOf(t *testing.T, cfg *v1alpha1.ApiServerConfig) (*Completed, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := DesiredDeployment(c, a, DeploymentInputs{Objects: func(string, string) map[string][]byte { return nil }})
+	d, err := desiredDeployment(c, a, DeploymentInputs{Objects: func(string, string) map[string][]byte { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm, err := DesiredConfigMap(c, nil)
+	cm, err := desiredConfigMap(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestDesiredObjects_Golden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c, d, svc, cm := desiredObjectsOf(t, spec(t))
 			objs := []any{d, svc, cm}
-			if pdb := DesiredPodDisruptionBudget(c); pdb != nil {
+			if pdb := desiredPodDisruptionBudget(c); pdb != nil {
 				objs = append(objs, pdb)
 			}
 			golden(t, "objects/"+name+".yaml", toYAML(t, objs...))
@@ -228,7 +228,7 @@ func TestDesiredPodDisruptionBudget_FollowsMasterCount(t *testing.T) {
 	cfg := sample(t, "ha")
 	for replicas, want := range map[int32]bool{0: false, 1: false, 2: true, 3: true} {
 		cfg.Spec.MasterCount = ptr.To(replicas)
-		pdb := DesiredPodDisruptionBudget(complete(t, cfg, Inputs{}))
+		pdb := desiredPodDisruptionBudget(complete(t, cfg, Inputs{}))
 		if (pdb != nil) != want {
 			t.Errorf("masterCount %d: budget present %v, want %v", replicas, pdb != nil, want)
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	netutils "k8s.io/utils/net"
 
@@ -45,6 +46,10 @@ type SANs struct {
 type Completed struct {
 	Name      string
 	Namespace string
+	// UID is the ApiServerConfig's, which its objects name as their owner;
+	// empty for a manifest not yet created (admission, render): its
+	// objects then name no owner.
+	UID types.UID
 	// Spec is the defaulted spec.
 	Spec v1alpha1.ApiServerConfigSpec
 	// Version is the parsed spec.version.
@@ -88,7 +93,7 @@ func ServiceName(name string) string { return name + "-apiserver" }
 // It fails only on values that admission should have refused (the CRD's
 // rules make that unreachable for objects read from the API server).
 func Complete(cfg *v1alpha1.ApiServerConfig, in Inputs) (*Completed, error) {
-	c := &Completed{Name: cfg.Name, Namespace: cfg.Namespace, Spec: *cfg.Spec.DeepCopy(), WatchFilter: cfg.Labels[WatchFilterLabel]}
+	c := &Completed{Name: cfg.Name, Namespace: cfg.Namespace, UID: cfg.UID, Spec: *cfg.Spec.DeepCopy(), WatchFilter: cfg.Labels[WatchFilterLabel]}
 	SetDefaults(&c.Spec)
 
 	v, err := utilversion.ParseSemantic(c.Spec.Version)

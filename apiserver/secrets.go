@@ -91,10 +91,10 @@ const (
 	ServiceAccountNextKeyKey = "sa-next.key"
 )
 
-// DesiredPKISecrets are the Secrets the Deployment mounts (MountedObjects)
+// desiredPKISecrets are the Secrets the Deployment mounts (MountedObjects)
 // and the admin kubeconfig Secret. Every one holds key material: the
 // controller applies them and never logs their data.
-func DesiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
+func desiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
 	tlsSecret := func(name string, kp *pki.KeyPair, extra map[string][]byte) (*corev1.Secret, error) {
 		if kp == nil {
 			return nil, fmt.Errorf("building Secret %s/%s: no certificate given", c.Namespace, name)

@@ -30,7 +30,7 @@ func TestDesiredPKISecrets_ProvideEveryFileTheDeploymentMounts(t *testing.T) {
 		ServiceAccountPublicKeys: must(pki.PublicKeysPEM(sa.Public())),
 		AdminKubeconfig:          must(pki.AdminKubeconfig(c.Name, c.Endpoint, pki.TrustBundle(now, ca.Cert()), admin.CertPEM(), must(admin.KeyPEM()))),
 	}
-	secrets, err := DesiredPKISecrets(c, p)
+	secrets, err := desiredPKISecrets(c, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestDesiredPKISecrets_ProvideEveryFileTheDeploymentMounts(t *testing.T) {
 			}
 			for _, item := range src.Secret.Items {
 				if !keys[src.Secret.Name][item.Key] {
-					t.Errorf("the Deployment mounts %s/%s but DesiredPKISecrets does not provide it", src.Secret.Name, item.Key)
+					t.Errorf("the Deployment mounts %s/%s but desiredPKISecrets does not provide it", src.Secret.Name, item.Key)
 				}
 			}
 		}
@@ -64,7 +64,7 @@ func TestDesiredPKISecrets_ProvideEveryFileTheDeploymentMounts(t *testing.T) {
 	}
 
 	p.Serving = nil
-	if _, err := DesiredPKISecrets(c, p); err == nil || !strings.Contains(err.Error(), ServingSecretName(c.Name)) {
+	if _, err := desiredPKISecrets(c, p); err == nil || !strings.Contains(err.Error(), ServingSecretName(c.Name)) {
 		t.Fatalf("a missing certificate must be an error naming its Secret, got %v", err)
 	}
 }
@@ -87,11 +87,11 @@ func TestOwnedSecrets_AreWhatIsWrittenAndMounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	written, err := DesiredPKISecrets(c, stand.pki)
+	written, err := desiredPKISecrets(c, stand.pki)
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc, err := DesiredEncryptionSecret(c, EncryptionKeys{Current: EncryptionLayout{Key: stand.encryption, Resources: DefaultEncryptedResources}}, rotation.State{})
+	enc, err := desiredEncryptionSecret(c, EncryptionKeys{Current: EncryptionLayout{Key: stand.encryption, Resources: DefaultEncryptedResources}}, rotation.State{})
 	if err != nil {
 		t.Fatal(err)
 	}

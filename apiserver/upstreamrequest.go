@@ -11,7 +11,6 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
 )
 
@@ -132,38 +131,22 @@ func (t *throwaway) standIn(path string) ([]byte, error) {
 	}
 }
 
-// ValidationRequest is what c's pods would run, their command line and
-// every file they mount, for the validator of c's version. Key material is
-// throwaway. Files that come from the user's own objects (the etcd client
-// Secret, an authorization webhook kubeconfig, an encryption configuration
-// Secret, an audit policy ConfigMap) are stood in for by well-formed ones:
-// their content is checked where the operator reads them. podIP is the
-// address the pods advertise, for the family checks.
-func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
-	args, err := Args(c)
-	if err != nil {
-		return upstream.Request{}, err
-	}
+// StandIns are key material and an environment that stand for a tenant's
+// own where only their shape matters (see throwaway). With the operator's
+// encryption, the spec's layout comes with an older one, as a rotation
+// renders it next to the one it replaces: the widest configuration the
+// pods may get.
+func StandIns(c *Completed) (Material, Environment, error) {
 	t, err := throwawayFor(c.Spec.Certificates.KeyAlgorithm)
 	if err != nil {
-		return upstream.Request{}, fmt.Errorf("issuing the validation certificates: %w", err)
+		return Material{}, Environment{}, fmt.Errorf("issuing the stand-in certificates: %w", err)
 	}
-	var oidcCA []byte
+	m := Material{PKI: t.pki}
+	var env Environment
 	if o := c.Spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" {
-		oidcCA = t.oidcCA
+		env.OIDCCA = t.oidcCA
 	}
-	secrets, err := DesiredPKISecrets(c, t.pki)
-	if err != nil {
-		return upstream.Request{}, err
-	}
-	cm, err := DesiredConfigMap(c, oidcCA)
-	if err != nil {
-		return upstream.Request{}, err
-	}
-	owned := secrets
 	if e := c.Spec.Encryption; e != nil && e.Provider != "" {
-		// The spec's layout, as the rotation will render it next to the
-		// one it replaces (the widest configuration the pods may get).
 		provider, resources := EncryptionTarget(e)
 		key := t.encryption
 		if key.Provider = provider; provider == v1alpha1.EncryptionIdentity {
@@ -171,14 +154,33 @@ func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
 		}
 		previous := t.encryption
 		previous.Name, previous.Provider = "previous", v1alpha1.EncryptionSecretbox
-		keys := EncryptionKeys{Current: EncryptionLayout{Key: key, Resources: resources}, Old: &EncryptionLayout{Key: previous, Resources: resources}}
-		enc, err := DesiredEncryptionSecret(c, keys, rotation.State{})
-		if err != nil {
-			return upstream.Request{}, err
-		}
-		owned = append(owned, enc)
+		m.Encryption = &EncryptionMaterial{Keys: EncryptionKeys{Current: EncryptionLayout{Key: key, Resources: resources}, Old: &EncryptionLayout{Key: previous, Resources: resources}}}
 	}
-	files := PodFiles(c, ObjectsData(owned, cm))
+	return m, env, nil
+}
+
+// ValidationRequest is what c's pods would run, their command line and
+// every file they mount, for the validator of c's version, as Desired
+// renders them with StandIns. Files that come from the user's own objects
+// (the etcd client Secret, an authorization webhook kubeconfig, an
+// encryption configuration Secret, an audit policy ConfigMap) are stood in
+// for by well-formed ones: their content is checked where the operator
+// reads them. podIP is the address the pods advertise, for the family
+// checks.
+func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
+	m, env, err := StandIns(c)
+	if err != nil {
+		return upstream.Request{}, err
+	}
+	objs, err := Desired(c, m, env)
+	if err != nil {
+		return upstream.Request{}, err
+	}
+	t, err := throwawayFor(c.Spec.Certificates.KeyAlgorithm)
+	if err != nil {
+		return upstream.Request{}, err
+	}
+	files := objs.PodFiles(c, nil)
 	// The user's own objects are stood in for.
 	for _, o := range MountedObjects(c) {
 		if o.Owned {
@@ -198,5 +200,5 @@ func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
 	if podIP == "" {
 		podIP = DefaultPodIP
 	}
-	return upstream.Request{Args: args, Files: files, Env: map[string]string{PodIPEnv: podIP}}, nil
+	return upstream.Request{Args: objs.Args, Files: files, Env: map[string]string{PodIPEnv: podIP}}, nil
 }

@@ -6,28 +6,23 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
-// apply server-side applies obj with the operator's field owner, owned by
-// cfg when owned is true. It writes nothing when the object already holds
-// what was last applied and nobody changed it since. Either way obj ends up
-// as the cluster holds it.
-func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object, owned bool) error {
-	if owned {
-		if err := controllerutil.SetControllerReference(cfg, obj, r.Scheme); err != nil {
-			return fmt.Errorf("owning %T %s: %w", obj, obj.GetName(), err)
-		}
-	}
+// apply server-side applies obj, as apiserver.Desired built it (its owner
+// included), with the operator's field owner. It writes nothing when the
+// object already holds what was last applied and nobody changed it since.
+// Either way obj ends up as the cluster holds it.
+func (r *ApiServerConfigReconciler) apply(ctx context.Context, obj client.Object) error {
 	hash, err := objectHash(obj)
 	if err != nil {
 		return err
@@ -100,8 +95,18 @@ func (o ownSecrets) List(ctx context.Context, list client.ObjectList, opts ...cl
 	return o.r.Client.List(ctx, list, opts...)
 }
 
-// objectHash hashes the desired object as it will be applied.
+// objectHash hashes the desired object as it will be applied, but for the
+// annotation that records the hash.
 func objectHash(obj client.Object) (string, error) {
+	if a := obj.GetAnnotations(); a[appliedHashAnnotation] != "" {
+		obj = obj.DeepCopyObject().(client.Object)
+		a = maps.Clone(a)
+		delete(a, appliedHashAnnotation)
+		if len(a) == 0 {
+			a = nil
+		}
+		obj.SetAnnotations(a)
+	}
 	data, err := json.Marshal(obj)
 	if err != nil {
 		return "", fmt.Errorf("hashing %T %s: %w", obj, obj.GetName(), err)

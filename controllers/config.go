@@ -11,26 +11,14 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
-// reconcileConfig applies the rendered configuration files (the ConfigMap)
-// and the encryption keys the operator manages.
-func (r *ApiServerConfigReconciler) reconcileConfig(ctx context.Context, p *pass) error {
-	oidcCA, err := oidcCA(ctx, p.refs, p.cfg, p.c)
-	if err != nil {
+// loadConfig reads what rendering needs besides the spec and the
+// certificates: the OIDC issuer's CA and the encryption material.
+func (r *ApiServerConfigReconciler) loadConfig(ctx context.Context, p *pass) error {
+	var err error
+	if p.oidcCA, err = oidcCA(ctx, p.refs, p.cfg, p.c); err != nil {
 		return err
 	}
-	if p.configMap, err = apiserver.DesiredConfigMap(p.c, oidcCA); err != nil {
-		return err
-	}
-	if err := r.apply(ctx, p.cfg, p.configMap, true); err != nil {
-		return err
-	}
-	if err := r.loadEncryption(ctx, p); err != nil {
-		return err
-	}
-	if err := p.renderEncryption(); err != nil || p.encryption == nil {
-		return err
-	}
-	return r.apply(ctx, p.cfg, p.encryption, true)
+	return r.loadEncryption(ctx, p)
 }
 
 // oidcCA reads the OIDC issuer's CA from the ConfigMap the spec names.

@@ -87,17 +87,6 @@ func (r *ApiServerConfigReconciler) loadEncryption(ctx context.Context, p *pass)
 	return nil
 }
 
-// renderEncryption renders the encryption Secret from the pass's material.
-func (p *pass) renderEncryption() error {
-	if p.enc == nil {
-		p.encryption = nil
-		return nil
-	}
-	var err error
-	p.encryption, err = apiserver.DesiredEncryptionSecret(p.c, p.enc.keys, p.enc.state)
-	return err
-}
-
 // encryptionRotator runs rotation.EncryptionKey on the pass's material.
 func (r *ApiServerConfigReconciler) encryptionRotator() rotator {
 	return rotator{
@@ -176,22 +165,12 @@ func (p *pass) encryptionObservation() *encryptionObservation {
 	}
 }
 
-// publishEncryption drops the layouts the rotation's phase no longer
-// decrypts with and renders the Secret again; true when it changed.
-func (p *pass) publishEncryption() (bool, error) {
-	if p.enc == nil {
-		return false, nil
+// dropUntrusted drops the layouts the rotation's phase no longer decrypts
+// with.
+func (e *encryptionPass) dropUntrusted() {
+	if e != nil && !rotation.EncryptionKey.TrustsOld(e.state.Phase) {
+		e.keys.Old = nil
 	}
-	if !rotation.EncryptionKey.TrustsOld(p.enc.state.Phase) {
-		p.enc.keys.Old = nil
-	}
-	before := p.encryption
-	if err := p.renderEncryption(); err != nil {
-		return false, err
-	}
-	return before == nil || !bytes.Equal(before.Data[apiserver.EncryptionConfigKey], p.encryption.Data[apiserver.EncryptionConfigKey]) ||
-		!bytes.Equal(before.Data[apiserver.EncryptionKeysKey], p.encryption.Data[apiserver.EncryptionKeysKey]) ||
-		before.Annotations[apiserver.RotationStateAnnotation] != p.encryption.Annotations[apiserver.RotationStateAnnotation], nil
 }
 
 // reencryptRetry is how soon a pass that rewrote nothing (every rewrite
@@ -209,10 +188,10 @@ const reencryptRetry = 10 * time.Second
 // right.
 func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *pass) error {
 	e := p.enc
-	if e == nil || e.state.Phase != rotation.SignWithNew || r.Etcd == nil {
+	if e == nil || e.state.Phase != rotation.SignWithNew || r.Etcd == nil || p.held {
 		return nil
 	}
-	if !rolledOut(p) {
+	if !p.rolledOut {
 		e.progress = "waits until every apiserver encrypts with " + e.keys.Current.Key.Name
 		return nil
 	}

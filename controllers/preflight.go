@@ -70,7 +70,7 @@ func (w *removedAPIWatch) forget(key types.NamespacedName) {
 
 // preflightUpgrade holds a minor upgrade that has not started while
 // clients still call APIs the target no longer serves, as the running
-// apiservers' own metrics tell: the pass ends before the Deployment step,
+// apiservers' own metrics tell: the pass applies all but the Deployment,
 // so the Deployment keeps its template, and status names the APIs and the
 // count. The upgrade goes ahead once no such call came for the quiet
 // period, or when the user acknowledges with
@@ -121,15 +121,16 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 			"No new call to an API that %s removed for %s: the upgrade from %s goes ahead (calls counted: %s)", target, quiet, v.running, apiserver.DescribeRemovedAPICalls(removed))
 		return nil
 	}
-	// The pass ends here: the Deployment keeps the old version, and nothing
-	// that waits for a rollout (a rotation's phase, the re-encryption) may
-	// take the unapplied template for rolled out.
+	// The Deployment keeps the old version, and nothing that waits for a
+	// rollout (a rotation's phase, the re-encryption) may take the
+	// unapplied template for rolled out: the pass applies the rest and
+	// ends.
 	p.obs.hold = &envFailure{reason: v1alpha1.ReasonRemovedAPIsInUse,
 		message: fmt.Sprintf("upgrade %s → %s held: clients called APIs that %s no longer serves: %s; it goes ahead once no new call came for %s (looked at every %s), or annotate the object with %s=%s to upgrade now",
 			v.running, target, target, apiserver.DescribeRemovedAPICalls(removed), quiet, preflightInterval, apiserver.AllowRemovedAPICallsAnnotation, target),
 		since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonRemovedAPIsInUse, p.now),
 		grace: quiet}
-	p.done = true
+	p.held = true
 	p.requeueWithin(min(quiet-p.now.Sub(grewAt), preflightInterval))
 	return nil
 }

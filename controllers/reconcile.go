@@ -48,13 +48,21 @@ type pass struct {
 	// etcdTLS is how the operator reaches etcd (nil without TLS).
 	etcdTLS   *tls.Config
 	etcdTLSID string
-	configMap *corev1.ConfigMap
-	// encryption is the operator's encryption Secret, nil without one;
-	// enc is its material.
-	encryption *corev1.Secret
-	enc        *encryptionPass
-	// secrets are the PKI Secrets as the Secrets step rendered them.
-	secrets []*corev1.Secret
+	// oidcCA is the OIDC issuer's CA, from the user's ConfigMap.
+	oidcCA []byte
+	// enc is the operator's encryption material, nil without it.
+	enc *encryptionPass
+
+	// desired is every object the tenant gets, rendered from the material
+	// (again when a rotation moved): the Apply step writes it, once.
+	desired *apiserver.Objects
+	// templateKept: the Deployment rendered before the rotations had their
+	// say is the one that runs (applying it would change nothing).
+	// rolledOut: besides, every apiserver runs it (see podsRunTemplate).
+	templateKept, rolledOut bool
+	// held: the Preflight step holds an upgrade, so the Deployment keeps
+	// its template and nothing that waits for a rollout moves.
+	held bool
 
 	// requeue is how soon to come back (0: only on an event).
 	requeue time.Duration
@@ -88,7 +96,10 @@ type reconcileStep struct {
 }
 
 // steps are the concerns of a pass, in order: each needs what the ones
-// before it found.
+// before it found. The pass observes, decides the material (certificates,
+// keys, where each rotation stands), renders every object from it
+// (apiserver.Desired), lets the rotations act on the material (rendering
+// again when one moved), then applies each object once.
 func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 	return []reconcileStep{
 		{"Validate", r.validateSpec},
@@ -98,13 +109,12 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 		{"PKI", r.reconcilePKI},
 		{"Etcd", r.reconcileEtcd},
 		{"Sizing", r.reconcileSizing},
-		{"Config", r.reconcileConfig},
-		{"Secrets", r.applySecrets},
+		{"Config", r.loadConfig},
 		{"Preflight", r.preflightUpgrade},
-		{"Deployment", r.reconcileDeployment},
-		{"PodDisruptionBudget", r.reconcileDisruptionBudget},
+		{"Render", r.renderObjects},
 		{"Encryption", r.reconcileEncryption},
 		{"Rotation", r.reconcileRotations},
+		{"Apply", r.applyObjects},
 		{"Status", r.reportApplied},
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -140,11 +139,11 @@ func actOnServiceAccountKey(p *pass, a rotation.Action) error {
 // still shut down after a rollout.
 const podsGoneRequeue = 2 * time.Second
 
-// rolledOut reports whether every apiserver runs what the pass applied:
-// the Deployment rolled out, and no pod of an older template is left,
-// shutting down ones included (they keep serving through their shutdown
-// delay, with the configuration they started with).
-func rolledOut(p *pass) bool {
+// podsRunTemplate reports whether every apiserver runs the Deployment's
+// template: the Deployment rolled out, and no pod of an older template is
+// left, shutting down ones included (they keep serving through their
+// shutdown delay, with the configuration they started with).
+func podsRunTemplate(p *pass) bool {
 	if !rolloutDone(p.current) {
 		return false
 	}
@@ -160,15 +159,16 @@ func rolledOut(p *pass) bool {
 	return true
 }
 
-// reconcileRotations runs after the Deployment was applied: a rotation
-// moves, by one phase at most, only once the Deployment runs everywhere
-// what the pass just applied, which holds everything the previous phase
-// published. What a move changes is applied at once, the Secrets then the
-// Deployment (so the Secrets and the hash are rendered once a pass, twice
-// in the few passes where a rotation moves).
-func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *pass) error {
-	rolledOut := rolledOut(p)
-	if rolloutDone(p.current) && !rolledOut {
+// reconcileRotations lets each rotation move, by one phase at most, and
+// only once every apiserver runs what the pass rendered, which holds
+// everything the previous phase published. A move acts on the material
+// only; the objects are then rendered again from it, and the Apply step
+// writes each of them once.
+func (r *ApiServerConfigReconciler) reconcileRotations(_ context.Context, p *pass) error {
+	if p.held {
+		return nil // the Deployment keeps the template of before the upgrade
+	}
+	if p.templateKept && rolloutDone(p.current) && !p.rolledOut {
 		p.requeueWithin(podsGoneRequeue) // the pods' deletion brings a pass too
 	}
 	var statuses []v1alpha1.RotationStatus
@@ -180,7 +180,7 @@ func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *p
 			continue
 		}
 		in := rot.inputs(p, *state)
-		in.Now, in.RolledOut = p.now, rolledOut
+		in.Now, in.RolledOut = p.now, p.rolledOut
 		next, actions := rot.kind.Next(*state, in)
 		for _, a := range actions {
 			if err := rot.act(p, a); err != nil {
@@ -214,54 +214,17 @@ func (r *ApiServerConfigReconciler) reconcileRotations(ctx context.Context, p *p
 	p.obs.encryption = p.encryptionObservation()
 	// Only a move or a proof changes the encryption material (a proof
 	// records when it held).
-	encryptionChanged := false
-	if moved || (p.enc != nil && p.enc.proven) {
-		var err error
-		if encryptionChanged, err = p.publishEncryption(); err != nil {
-			return err
-		}
-	}
-	if encryptionChanged {
-		if err := r.apply(ctx, p.cfg, p.encryption, true); err != nil {
-			return err
-		}
-	}
-	if !moved {
-		if encryptionChanged {
-			return r.applyDeployment(ctx, p)
-		}
+	if !moved && (p.enc == nil || !p.enc.proven) {
 		return nil
 	}
-	if err := p.pki.publishTrust(p.now); err != nil {
-		return err
-	}
-	if err := r.applyChangedSecrets(ctx, p); err != nil {
-		return err
+	p.enc.dropUntrusted()
+	if moved {
+		if err := p.pki.publishTrust(p.now); err != nil {
+			return err
+		}
 	}
 	// The pods start rolling out what the move changed in this pass.
-	return r.applyDeployment(ctx, p)
-}
-
-// applyChangedSecrets applies the PKI Secrets that a rotation changed since
-// the Secrets step applied them.
-func (r *ApiServerConfigReconciler) applyChangedSecrets(ctx context.Context, p *pass) error {
-	desired, err := apiserver.DesiredPKISecrets(p.c, p.pki.secrets)
-	if err != nil {
-		return err
-	}
-	applied := map[string]*corev1.Secret{}
-	for _, s := range p.secrets {
-		applied[s.Name] = s
-	}
-	var changed []*corev1.Secret
-	p.secrets = make([]*corev1.Secret, 0, len(desired))
-	for _, s := range desired {
-		if old := applied[s.Name]; old == nil || !apiequality.Semantic.DeepEqual(old.Data, s.Data) || !apiequality.Semantic.DeepEqual(old.Annotations, s.Annotations) {
-			changed = append(changed, s)
-		}
-		p.secrets = append(p.secrets, s.DeepCopy())
-	}
-	return r.applyPKISecrets(ctx, p, changed)
+	return r.render(p)
 }
 
 func rotationStatus(name string, s rotation.State) v1alpha1.RotationStatus {

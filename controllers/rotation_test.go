@@ -5,6 +5,8 @@ import (
 	"crypto"
 	"crypto/x509"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -240,4 +244,89 @@ func mustCerts(t *testing.T, pemData []byte) []*x509.Certificate {
 		t.Fatalf("parsing certificates: %v", err)
 	}
 	return certs
+}
+
+func TestApiServerConfigReconciler_WritesEachObjectOncePerPassThroughARotation(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "once", func(s *v1alpha1.ApiServerConfigSpec) {
+		s.MasterCount = ptr.To[int32](2)
+		s.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
+		s.Certificates.RotationOverlap = &metav1.Duration{Duration: time.Second}
+	})
+	// Only this test's reconciler takes it: the manager's takes only
+	// tenants without a watch filter.
+	cfg.Labels = map[string]string{apiserver.WatchFilterLabel: "write-once"}
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingClient{Client: env.Client}
+	r := &ApiServerConfigReconciler{Client: counting, APIReader: env.Client, Scheme: env.Scheme, Clock: clock.RealClock{}}
+	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}}
+	// pass runs one pass, then acts as the Deployment controller, and
+	// returns what the pass wrote, object by object (the ApiServerConfig's
+	// own status and finalizer left out), and whether it moved the
+	// service-account key's rotation.
+	pass := func() (map[string]int, bool) {
+		t.Helper()
+		before := rotationPhase(t, cfg, rotation.ServiceAccountKey.Name)
+		counting.reset()
+		if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
+			t.Fatal(err)
+		}
+		writes := counting.reset()
+		for obj, n := range writes {
+			if strings.Contains(obj, "ApiServerConfig") {
+				delete(writes, obj)
+				continue
+			}
+			if n > 1 {
+				t.Fatalf("one pass wrote %s %d times (all its writes: %v)", obj, n, writes)
+			}
+		}
+		actAsDeploymentController(t, deployment)
+		return writes, rotationPhase(t, cfg, rotation.ServiceAccountKey.Name) != before
+	}
+	for i := 0; ; i++ {
+		if writes, _ := pass(); len(writes) == 0 {
+			break
+		}
+		if i == 10 {
+			t.Fatal("the tenant did not converge in 10 passes")
+		}
+	}
+
+	// At once: the tenant moves to another operator instance (every
+	// object's labels change, no pod's) and its key is to rotate.
+	current := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	patch := client.MergeFrom(current.DeepCopy())
+	current.Labels[apiserver.WatchFilterLabel] = "write-once-moved"
+	current.Annotations = map[string]string{v1alpha1.RotateServiceAccountKeyAnnotation: "1"}
+	if err := env.Client.Patch(ctx, current, patch); err != nil {
+		t.Fatal(err)
+	}
+	var phases []string
+	movedAndRolled := 0
+	for range 60 {
+		writes, moved := pass()
+		phase := rotationPhase(t, cfg, rotation.ServiceAccountKey.Name)
+		if moved {
+			phases = append(phases, phase)
+			if writes["Deployment "+deployment.Name] == 1 {
+				movedAndRolled++
+			}
+		}
+		if len(phases) > 0 && phase == string(rotation.Stable) {
+			break
+		}
+		if len(writes) == 0 {
+			time.Sleep(200 * time.Millisecond) // the overlap passes
+		}
+	}
+	if want := []string{"TrustNew", "SignWithNew", "PruneOld", "Stable"}; !slices.Equal(phases, want) {
+		t.Fatalf("the rotation went through %v, want %v", phases, want)
+	}
+	if movedAndRolled == 0 {
+		t.Fatal("no pass both moved the rotation and applied the Deployment it changed")
+	}
 }

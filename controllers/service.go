@@ -11,7 +11,8 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
-// reconcileService applies the apiservers' Service and completes the spec.
+// reconcileService applies the apiservers' Service, the one object applied
+// before the others (the Apply step leaves it), and completes the spec.
 // The Service's ClusterIP and load-balancer addresses are SANs of the
 // serving certificate: the Service comes first, and the spec is completed
 // again only when applying it changed them (a new Service), or the
@@ -26,7 +27,7 @@ func (r *ApiServerConfigReconciler) reconcileService(ctx context.Context, p *pas
 		return err
 	}
 	svc = apiserver.DesiredService(p.c)
-	if err := r.apply(ctx, p.cfg, svc, true); err != nil {
+	if err := r.apply(ctx, svc); err != nil {
 		return err
 	}
 	if ip, ingress := serviceAddresses(svc); ip != p.in.ServiceClusterIP || !slices.Equal(ingress, p.in.ServiceIngress) {

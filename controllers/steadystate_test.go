@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,18 +22,47 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
-// countingClient counts the writes that go through it.
+// countingClient counts the writes that go through it, in all and per
+// object.
 type countingClient struct {
 	client.Client
 	writes atomic.Int64
 	log    atomic.Value // last write, for the failure message
+
+	mu       sync.Mutex
+	byObject map[string]int // "Kind name" -> writes since reset
 }
 
-func (c *countingClient) note(verb string, obj runtime.Object) {
+func (c *countingClient) note(verb string, obj any) {
 	c.writes.Add(1)
-	if o, ok := obj.(client.Object); ok {
-		c.log.Store(fmt.Sprintf("%s %T %s", verb, obj, o.GetName()))
+	named, ok := obj.(interface{ GetName() string })
+	if !ok {
+		return
 	}
+	kind := fmt.Sprintf("%T", obj)
+	if k, ok := obj.(interface{ GetKind() string }); ok && k.GetKind() != "" {
+		kind = k.GetKind()
+	}
+	kind = strings.TrimPrefix(kind, "*v1.")
+	if strings.HasPrefix(verb, "status") {
+		kind += " status"
+	}
+	c.log.Store(fmt.Sprintf("%s %s %s", verb, kind, named.GetName()))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byObject == nil {
+		c.byObject = map[string]int{}
+	}
+	c.byObject[kind+" "+named.GetName()]++
+}
+
+// reset returns the writes per object since the last reset.
+func (c *countingClient) reset() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.byObject
+	c.byObject = nil
+	return out
 }
 func (c *countingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	c.note("create", obj)
@@ -51,8 +81,7 @@ func (c *countingClient) Delete(ctx context.Context, obj client.Object, opts ...
 	return c.Client.Delete(ctx, obj, opts...)
 }
 func (c *countingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	c.writes.Add(1)
-	c.log.Store(fmt.Sprintf("apply %v", obj))
+	c.note("apply", obj)
 	return c.Client.Apply(ctx, obj, opts...)
 }
 func (c *countingClient) Status() client.SubResourceWriter {

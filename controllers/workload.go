@@ -46,46 +46,98 @@ func (r *ApiServerConfigReconciler) observeWorkload(ctx context.Context, p *pass
 	return nil
 }
 
-// applySecrets renders the PKI Secrets and applies them. Only once they
-// are applied are the certificates in place.
-func (r *ApiServerConfigReconciler) applySecrets(ctx context.Context, p *pass) error {
-	secrets, err := apiserver.DesiredPKISecrets(p.c, p.pki.secrets)
+// renderObjects renders every object the tenant gets from the pass's
+// material, and finds whether the Deployment it renders is the one that
+// runs everywhere: what the rotations and the re-encryption wait for.
+func (r *ApiServerConfigReconciler) renderObjects(_ context.Context, p *pass) error {
+	if err := r.render(p); err != nil {
+		return err
+	}
+	hash, err := objectHash(p.desired.Deployment)
 	if err != nil {
 		return err
 	}
-	// Kept as rendered: applying writes the server's answer into secrets.
-	p.secrets = make([]*corev1.Secret, len(secrets))
-	for i, s := range secrets {
-		p.secrets[i] = s.DeepCopy()
+	p.templateKept = p.current.Annotations[appliedHashAnnotation] == hash
+	p.rolledOut = p.templateKept && podsRunTemplate(p)
+	return nil
+}
+
+// render renders every object from the pass's material: the one call of
+// the builder in a pass, but for a rotation that moved.
+func (r *ApiServerConfigReconciler) render(p *pass) error {
+	m := apiserver.Material{PKI: p.pki.secrets}
+	if p.enc != nil {
+		m.Encryption = &apiserver.EncryptionMaterial{Keys: p.enc.keys, State: p.enc.state}
 	}
-	if err := r.applyPKISecrets(ctx, p, secrets); err != nil {
+	desired, err := apiserver.Desired(p.c, m, apiserver.Environment{
+		OIDCCA: p.oidcCA, Referenced: p.referencedData(), ImageRepository: r.ImageRepository, EtcdDialerImage: r.EtcdDialerImage})
+	if err != nil {
+		return err
+	}
+	p.desired = desired
+	return nil
+}
+
+// referencedData finds the data of the users' objects the pods mount, as
+// the References step read them.
+func (p *pass) referencedData() apiserver.ObjectData {
+	var secrets []*corev1.Secret
+	var configMaps []*corev1.ConfigMap
+	for _, s := range p.refs.secrets {
+		secrets = append(secrets, s)
+	}
+	for _, cm := range p.refs.configMaps {
+		configMaps = append(configMaps, cm)
+	}
+	return apiserver.ObjectsData(secrets, configMaps...)
+}
+
+// applyObjects applies what the pass rendered, each object once: the
+// ConfigMap and the Secrets first (the pods mount them), then the
+// Deployment and its budget, unless an upgrade is held. When the rollout
+// does not progress, the pods or the Deployment say why. The Service was
+// applied by its own step.
+func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) error {
+	d := p.desired
+	if err := r.apply(ctx, d.ConfigMap); err != nil {
+		return err
+	}
+	if err := r.applyEach(ctx, d.Secrets); err != nil {
 		return err
 	}
 	p.obs.certsReady = true
 	p.obs.certsMessage = fmt.Sprintf("Next renewal at %s", p.pki.nextRenewal.UTC().Format(time.RFC3339))
-	return nil
+	if p.held {
+		p.done = true // the Deployment keeps its template
+		return nil
+	}
+	if err := r.apply(ctx, d.Deployment); err != nil {
+		return err
+	}
+	p.current, p.obs.deployment = d.Deployment, d.Deployment
+	if d.PodDisruptionBudget != nil {
+		if err := r.apply(ctx, d.PodDisruptionBudget); err != nil {
+			return err
+		}
+	} else if err := r.deleteIfOwned(ctx, p.cfg, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.DeploymentName(p.cfg.Name)}}); err != nil {
+		return err
+	}
+	return r.observeRollout(ctx, p)
 }
 
-// applyPKISecrets applies secrets side by side (they do not depend on each
+// applyEach applies secrets side by side (they do not depend on each
 // other: a new tenant's Deployment comes a few round trips sooner).
-func (r *ApiServerConfigReconciler) applyPKISecrets(ctx context.Context, p *pass, secrets []*corev1.Secret) error {
-	retained := p.c.Spec.Certificates.PKIRetention == "Retain"
+func (r *ApiServerConfigReconciler) applyEach(ctx context.Context, secrets []*corev1.Secret) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range secrets {
-		// A Secret that Retain keeps gets no owner: deleting the
-		// ApiServerConfig leaves it.
-		owned := !retained || !apiserver.Retainable(p.cfg.Name, s.Name)
-		g.Go(func() error { return r.apply(gctx, p.cfg, s, owned) })
+		g.Go(func() error { return r.apply(gctx, s) })
 	}
 	return g.Wait()
 }
 
-// reconcileDeployment applies the apiservers' Deployment; when its rollout
-// does not progress, the pods or the Deployment say why.
-func (r *ApiServerConfigReconciler) reconcileDeployment(ctx context.Context, p *pass) error {
-	if err := r.applyDeployment(ctx, p); err != nil {
-		return err
-	}
+// observeRollout finds, when the Deployment's rollout does not progress,
+// what the pods or the Deployment say about why.
+func (r *ApiServerConfigReconciler) observeRollout(ctx context.Context, p *pass) error {
 	deploy := p.current
 	if p.obs.failure != nil || p.obs.masterCount == 0 || rolloutDone(deploy) || deploy.Status.ObservedGeneration < deploy.Generation {
 		return nil
@@ -101,40 +153,6 @@ func (r *ApiServerConfigReconciler) reconcileDeployment(ctx context.Context, p *
 	}
 	p.obs.failure = cmp.Or(failure, rolloutFailure(deploy))
 	return nil
-}
-
-// applyDeployment renders and applies the Deployment, whose pod template
-// carries the hash of the command line and of the files read at start,
-// from what the pass rendered; p.current becomes the server's answer.
-func (r *ApiServerConfigReconciler) applyDeployment(ctx context.Context, p *pass) error {
-	args, err := apiserver.Args(p.c)
-	if err != nil {
-		return err
-	}
-	deploy, err := apiserver.DesiredDeployment(p.c, args, apiserver.DeploymentInputs{Objects: p.mountedData(), ImageRepository: r.ImageRepository, EtcdDialerImage: r.EtcdDialerImage})
-	if err != nil {
-		return err
-	}
-	if err := r.apply(ctx, p.cfg, deploy, true); err != nil {
-		return err
-	}
-	p.current = deploy
-	p.obs.deployment = deploy
-	return nil
-}
-
-// mountedData finds the data of the objects the pods mount: the operator's
-// as this pass rendered them, the users' as the References step read them.
-func (p *pass) mountedData() apiserver.ObjectData {
-	secrets := append([]*corev1.Secret{p.encryption}, p.secrets...)
-	configMaps := []*corev1.ConfigMap{p.configMap}
-	for _, s := range p.refs.secrets {
-		secrets = append(secrets, s)
-	}
-	for _, cm := range p.refs.configMaps {
-		configMaps = append(configMaps, cm)
-	}
-	return apiserver.ObjectsData(secrets, configMaps...)
 }
 
 // currentPods are the pods of d's newest ReplicaSet, the one its rollout
@@ -166,15 +184,6 @@ func (r *ApiServerConfigReconciler) currentPods(ctx context.Context, d *appsv1.D
 		}
 	}
 	return out, nil
-}
-
-// reconcileDisruptionBudget keeps a PodDisruptionBudget with more than one
-// apiserver, and none otherwise.
-func (r *ApiServerConfigReconciler) reconcileDisruptionBudget(ctx context.Context, p *pass) error {
-	if pdb := apiserver.DesiredPodDisruptionBudget(p.c); pdb != nil {
-		return r.apply(ctx, p.cfg, pdb, true)
-	}
-	return r.deleteIfOwned(ctx, p.cfg, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.DeploymentName(p.cfg.Name)}})
 }
 
 // reportApplied carries into status what was applied, and comes back when

@@ -62,39 +62,38 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	if err != nil {
 		return err
 	}
-	args, err := apiserver.Args(c)
+	// Stand-in material, left out below: the real one is generated in the
+	// cluster. So is the OIDC issuer's CA, read there from the user's
+	// ConfigMap.
+	m, env, err := apiserver.StandIns(c)
 	if err != nil {
 		return err
 	}
-	cm, err := apiserver.DesiredConfigMap(c, nil)
+	env.OIDCCA, env.ImageRepository, env.EtcdDialerImage = nil, opts.ImageRepository, opts.EtcdDialerImage
+	desired, err := apiserver.Desired(c, m, env)
 	if err != nil {
 		return err
 	}
-	// The pod template's hash covers secret material too: it is known only
-	// in the cluster.
-	deploy, err := apiserver.DesiredDeployment(c, args, apiserver.DeploymentInputs{
-		Objects: func(string, string) map[string][]byte { return nil }, ImageRepository: opts.ImageRepository, EtcdDialerImage: opts.EtcdDialerImage})
-	if err != nil {
-		return err
-	}
-	deploy.Spec.Template.Annotations[apiserver.ConfigHashAnnotation] = redacted
+	// The pod template's hash covers the material too.
+	desired.Deployment.Spec.Template.Annotations[apiserver.ConfigHashAnnotation] = redacted
 
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "# kube-apiserver %s command line for %s/%s\n", c.Spec.Version, cfg.Namespace, cfg.Name)
 	fmt.Fprintf(&out, "#   kube-apiserver \\\n")
-	for i, a := range args {
+	for i, a := range desired.Args {
 		sep := " \\"
-		if i == len(args)-1 {
+		if i == len(desired.Args)-1 {
 			sep = ""
 		}
 		fmt.Fprintf(&out, "#     %s%s\n", a, sep)
 	}
-	objs := []any{apiserver.DesiredService(c), cm, deploy}
-	if pdb := apiserver.DesiredPodDisruptionBudget(c); pdb != nil {
+	objs := []any{desired.Service, desired.ConfigMap, desired.Deployment}
+	if pdb := desired.PodDisruptionBudget; pdb != nil {
 		objs = append(objs, pdb)
 	}
-	for _, s := range secretShapes(c) {
-		objs = append(objs, s)
+	secrets := slices.SortedFunc(slices.Values(desired.Secrets), func(a, b *corev1.Secret) int { return strings.Compare(a.Name, b.Name) })
+	for _, s := range secrets {
+		objs = append(objs, redact(s))
 	}
 	for _, o := range objs {
 		data, err := yaml.Marshal(o)
@@ -108,24 +107,13 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	return err
 }
 
-// secretShapes are the Secrets the operator creates, with their keys and no
-// material.
-func secretShapes(c *apiserver.Completed) []*corev1.Secret {
-	var out []*corev1.Secret
-	for _, owned := range apiserver.OwnedSecrets(c.Name) {
-		if e := c.Spec.Encryption; owned.Name == apiserver.EncryptionSecretName(c.Name) && (e == nil || e.Provider == "") {
-			continue // the operator manages no encryption key
-		}
-		s := &corev1.Secret{}
-		s.APIVersion, s.Kind = "v1", "Secret"
-		s.Name, s.Namespace = owned.Name, c.Namespace
-		s.StringData = map[string]string{}
-		for _, k := range owned.Keys {
-			s.StringData[k] = redacted
-		}
-		out = append(out, s)
+// redact is s with every value of its data left out.
+func redact(s *corev1.Secret) *corev1.Secret {
+	out := s.DeepCopy()
+	out.Data, out.StringData = nil, map[string]string{}
+	for k := range s.Data {
+		out.StringData[k] = redacted
 	}
-	slices.SortFunc(out, func(a, b *corev1.Secret) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 

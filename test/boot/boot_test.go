@@ -30,7 +30,6 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
@@ -197,14 +196,11 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		t.Fatalf("the test spec is invalid: %v", errs.ToAggregate())
 	}
 	c := must(apiserver.Complete(cfg, apiserver.Inputs{}))
-	args := must(apiserver.Args(c))
-	cm := must(apiserver.DesiredConfigMap(c, nil))
 	// Encryption at rest as a new tenant gets it.
 	encryptionKeys, _, encErr := apiserver.NewEncryptionKeys(c.Spec.Encryption, false)
 	if encErr != nil {
 		t.Fatal(encErr)
 	}
-	encryption := must(apiserver.DesiredEncryptionSecret(c, encryptionKeys, rotation.State{}))
 
 	// The PKI, at the paths the flags name, under dir instead of /.
 	root := func(path string) string { return filepath.Join(dir, path) }
@@ -216,20 +212,22 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	frontProxyClient := must(pki.NewSignedCert(frontProxyCA, pki.FrontProxyClientCertConfig(), alg, time.Hour, now))
 	sa := must(pki.NewServiceAccountKey(alg))
 	admin := must(pki.NewSignedCert(ca, pki.AdminCertConfig(), alg, time.Hour, now))
+	caBundle := pki.TrustBundle(now, ca.Cert())
+	objs := must(apiserver.Desired(c, apiserver.Material{
+		PKI: apiserver.PKISecrets{
+			CA: ca, CABundle: caBundle, Serving: serving, KubeletClient: kubeletClient,
+			FrontProxyCA: frontProxyCA, FrontProxyCABundle: pki.TrustBundle(now, frontProxyCA.Cert()), FrontProxyClient: frontProxyClient,
+			ServiceAccountSigningKey: must(sa.PrivateKeyPEM()), ServiceAccountPublicKeys: must(pki.PublicKeysPEM(sa.Public())),
+			AdminKubeconfig: must(pki.AdminKubeconfig(cfg.Name, c.Endpoint, caBundle, admin.CertPEM(), must(admin.KeyPEM()))),
+		},
+		Encryption: &apiserver.EncryptionMaterial{Keys: encryptionKeys},
+	}, apiserver.Environment{}))
+	args := objs.Args
+	// The user's etcd client Secret.
 	for path, data := range map[string][]byte{
-		apiserver.CAFile:                       pki.TrustBundle(now, ca.Cert()),
-		apiserver.ServingCertFile:              serving.CertPEM(),
-		apiserver.ServingKeyFile:               must(serving.KeyPEM()),
-		apiserver.KubeletClientCertFile:        kubeletClient.CertPEM(),
-		apiserver.KubeletClientKeyFile:         must(kubeletClient.KeyPEM()),
-		apiserver.FrontProxyCAFile:             pki.TrustBundle(now, frontProxyCA.Cert()),
-		apiserver.FrontProxyClientCertFile:     frontProxyClient.CertPEM(),
-		apiserver.FrontProxyClientKeyFile:      must(frontProxyClient.KeyPEM()),
-		apiserver.ServiceAccountSigningKeyFile: must(sa.PrivateKeyPEM()),
-		apiserver.ServiceAccountKeyFile:        must(pki.PublicKeysPEM(sa.Public())),
-		apiserver.EtcdCAFile:                   etcdCA.CertPEM(),
-		apiserver.EtcdCertFile:                 etcdClient.CertPEM(),
-		apiserver.EtcdKeyFile:                  must(etcdClient.KeyPEM()),
+		apiserver.EtcdCAFile:   etcdCA.CertPEM(),
+		apiserver.EtcdCertFile: etcdClient.CertPEM(),
+		apiserver.EtcdKeyFile:  must(etcdClient.KeyPEM()),
 	} {
 		write(t, root(path), data)
 	}
@@ -245,9 +243,8 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	dialer := &etcddialer.Server{Allowed: apiserver.EtcdAddresses(c), Dial: dialed.dial}
 	go func() { _ = dialer.Serve(dialerCtx, must(etcddialer.Listen(socket))) }()
 
-	// The files of the operator's ConfigMap and encryption Secret, where
-	// the pods mount them.
-	for path, data := range apiserver.PodFiles(c, apiserver.ObjectsData([]*corev1.Secret{encryption}, cm)) {
+	// The files of the operator's objects, where the pods mount them.
+	for path, data := range objs.PodFiles(c, nil) {
 		if path == apiserver.EgressSelectorConfigFile {
 			data = bytes.ReplaceAll(data, []byte(apiserver.EtcdDialerSocket), []byte(socket))
 		}

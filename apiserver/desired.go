@@ -1,0 +1,114 @@
+package apiserver
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
+)
+
+// Material is the key material of one tenant, as the caller of Desired
+// holds it: the controller the tenant's own, after deciding what to keep,
+// renew or rotate; admission and render a throwaway one (StandInMaterial).
+type Material struct {
+	PKI PKISecrets
+	// Encryption is the operator's encryption keys and where their
+	// rotation stands; nil when the spec leaves encryption to the user's
+	// own configuration, or to none.
+	Encryption *EncryptionMaterial
+}
+
+// EncryptionMaterial is the operator's encryption keys and where their
+// rotation stands.
+type EncryptionMaterial struct {
+	Keys  EncryptionKeys
+	State rotation.State
+}
+
+// Environment is what a tenant's objects depend on besides its spec and
+// its material.
+type Environment struct {
+	// OIDCCA is the OIDC issuer's CA, as read from the ConfigMap
+	// spec.authentication.oidc.caConfigMapName names.
+	OIDCCA []byte
+	// Referenced finds the data of the users' objects the pods mount (the
+	// etcd client Secret, an audit policy ConfigMap...): the pod
+	// template's ConfigHash covers it. Nil knows none.
+	Referenced ObjectData
+	// ImageRepository overrides DefaultImageRepository (operator setting).
+	ImageRepository string
+	// EtcdDialerImage overrides DefaultEtcdDialerImage (operator setting).
+	EtcdDialerImage string
+}
+
+// Objects are everything the operator owns for one tenant, and the
+// command line its apiservers run.
+type Objects struct {
+	// Args is kube-apiserver's command line in the Deployment.
+	Args    []string
+	Service *corev1.Service
+	// ConfigMap holds the files rendered without secrets.
+	ConfigMap *corev1.ConfigMap
+	// Secrets are the PKI Secrets, then the encryption Secret when the
+	// operator manages encryption (Encryption, the same object).
+	Secrets    []*corev1.Secret
+	Encryption *corev1.Secret
+	Deployment *appsv1.Deployment
+	// PodDisruptionBudget is nil when the tenant has none (one apiserver
+	// or none): one that exists is deleted.
+	PodDisruptionBudget *policyv1.PodDisruptionBudget
+}
+
+// data finds the data of the objects the pods mount: the operator's own,
+// then the users'.
+func (o *Objects) data(referenced ObjectData) ObjectData {
+	owned := ObjectsData(o.Secrets, o.ConfigMap)
+	return func(kind, name string) map[string][]byte {
+		if d := owned(kind, name); d != nil {
+			return d
+		}
+		if referenced == nil {
+			return nil
+		}
+		return referenced(kind, name)
+	}
+}
+
+// Desired is everything a tenant gets, for its completed spec c, its key
+// material m and env: the one place the operator's objects are assembled.
+// The controller applies what it returns, admission judges its command
+// line and files with the bundled kube-apiserver, render prints it.
+func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
+	args, err := Args(c)
+	if err != nil {
+		return nil, err
+	}
+	o := &Objects{Args: args, Service: DesiredService(c), PodDisruptionBudget: desiredPodDisruptionBudget(c)}
+	if o.ConfigMap, err = desiredConfigMap(c, env.OIDCCA); err != nil {
+		return nil, err
+	}
+	if o.Secrets, err = desiredPKISecrets(c, m.PKI); err != nil {
+		return nil, err
+	}
+	if e := m.Encryption; e != nil {
+		if o.Encryption, err = desiredEncryptionSecret(c, e.Keys, e.State); err != nil {
+			return nil, err
+		}
+		if o.Encryption != nil {
+			o.Secrets = append(o.Secrets, o.Encryption)
+		}
+	}
+	o.Deployment, err = desiredDeployment(c, args, DeploymentInputs{
+		Objects: o.data(env.Referenced), ImageRepository: env.ImageRepository, EtcdDialerImage: env.EtcdDialerImage})
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// PodFiles are the contents of every file the pods read that Desired
+// knows: the operator's objects' and those env.Referenced finds.
+func (o *Objects) PodFiles(c *Completed, referenced ObjectData) map[string][]byte {
+	return PodFiles(c, o.data(referenced))
+}
