@@ -167,7 +167,7 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 	}
 	p.obs.etcdChecked = true
 	endpoints := apiserver.EtcdServers(&p.c.Spec.Etcd)
-	p.obs.etcdErr = r.Etcd.Check(ctx, endpoints, p.etcdTLS)
+	p.obs.etcdErr = r.waitOnTenant(ctx, p, func() error { return r.Etcd.Check(ctx, endpoints, p.etcdTLS) })
 	if r.etcdWatch != nil {
 		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.etcdTLSID, unreachableEndpoint(p.obs.etcdErr))
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -63,6 +65,9 @@ type pass struct {
 	// held: the Preflight step holds an upgrade, so the Deployment keeps
 	// its template and nothing that waits for a rollout moves.
 	held bool
+	// marked: status says that the pass's generation is reconciled (or
+	// describes it already): see waitOnTenant.
+	marked bool
 
 	// requeue is how soon to come back (0: only on an event).
 	requeue time.Duration
@@ -141,14 +146,23 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		return ctrl.Result{}, r.reconcileDelete(ctx, cfg)
 	}
-	if err := r.markReconciling(ctx, cfg); err != nil {
-		return ctrl.Result{}, err
+	// A generation that status does not describe yet: an edited object's
+	// is marked at once (its previous generation's Ready would stand
+	// meanwhile); a new object's, which has no condition to stand, once a
+	// wait on its tenant's network lasts (see waitOnTenant).
+	marked := cfg.Status.ObservedGeneration == cfg.Generation
+	if !marked && len(cfg.Status.Conditions) > 0 {
+		if err := r.markReconciling(ctx, cfg); err != nil {
+			return ctrl.Result{}, err
+		}
+		marked = true
 	}
 	if err := r.addFinalizer(ctx, cfg); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err) // deleted meanwhile: nothing is left to do
 	}
 
 	p := r.newPass(cfg)
+	p.marked = marked
 	defer func() {
 		var se *stepError
 		if errors.As(retErr, &se) {
@@ -237,16 +251,54 @@ func (r *ApiServerConfigReconciler) checkReferences(ctx context.Context, p *pass
 	return err
 }
 
-// markReconciling is the first write of a new generation, before any step
-// that may wait on the network (an etcd check that times out, a tenant's
-// API): status says that the operator works on it. Otherwise the previous
-// generation's conditions, Ready among them, would stand until the pass
-// ends; a new object would have no status at all, which GitOps tools
-// (kstatus) read as Current.
-func (r *ApiServerConfigReconciler) markReconciling(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
-	if cfg.Status.ObservedGeneration == cfg.Generation && len(cfg.Status.Conditions) > 0 {
-		return nil
+// markPatience is how long a new object's pass may wait on its tenant's
+// network before status says that it is being reconciled: a healthy etcd
+// answers well within it, so that a new tenant costs no write more.
+const markPatience = 300 * time.Millisecond
+
+// waitOnTenant runs wait, a call to the tenant's etcd or API, which may
+// take until its timeout. In a pass over a generation that status does not
+// describe yet, status says that it is being reconciled as soon as wait
+// lasts markPatience: kubectl and GitOps tools see the generation taken up
+// within a second, not when an unreachable etcd's timeout ends the pass.
+func (r *ApiServerConfigReconciler) waitOnTenant(ctx context.Context, p *pass, wait func() error) error {
+	if p.marked {
+		return wait()
 	}
+	var mu sync.Mutex
+	finished := false
+	var marked *v1alpha1.ApiServerConfig
+	timer := time.AfterFunc(markPatience, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if finished {
+			return
+		}
+		// p.before is what the server holds; the pass changes only p.cfg.
+		m := p.before.DeepCopy()
+		if err := r.markReconciling(ctx, m); err != nil {
+			ctrl.LoggerFrom(ctx).Info("Saying that a new generation is being reconciled failed", "apiServerConfig", klog.KObj(m), "error", err.Error())
+			return
+		}
+		marked = m
+	})
+	err := wait()
+	timer.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	finished = true
+	if marked != nil {
+		// The status patch at the end of the pass starts from the mark.
+		p.before, p.marked = marked, true
+		p.cfg.ObjectMeta = *marked.ObjectMeta.DeepCopy()
+	}
+	return err
+}
+
+// markReconciling says that the operator works on cfg's generation, which
+// status does not describe yet: Reconciling, and Ready False until the
+// pass ends.
+func (r *ApiServerConfigReconciler) markReconciling(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
 	before := cfg.DeepCopy()
 	msg := fmt.Sprintf("Reconciling generation %d", cfg.Generation)
 	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReconciling, true, v1alpha1.ReasonProgressing, msg, cfg.Generation))

@@ -23,7 +23,12 @@ func (r *ApiServerConfigReconciler) reconcileSizing(ctx context.Context, p *pass
 	if r.Etcd == nil || !etcdAnswered || p.c.Spec.CacheSizing.Policy != v1alpha1.CacheSizingAuto {
 		return nil
 	}
-	resized, next, err := r.observeClusterSize(ctx, p.cfg, p.c, p.etcdTLS, p.now)
+	var resized bool
+	var next time.Duration
+	err := r.waitOnTenant(ctx, p, func() (err error) {
+		resized, next, err = r.observeClusterSize(ctx, p.cfg, p.c, p.etcdTLS, p.now)
+		return err
+	})
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Info("Counting the tenant's nodes and pods failed", "apiServerConfig", klog.KObj(p.cfg), "error", err.Error())
 	}
