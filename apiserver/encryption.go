@@ -437,7 +437,7 @@ func EncryptionAreas(c *Completed, catalog *Catalog, others map[schema.GroupReso
 		a := byPrefix[prefix]
 		if a == nil {
 			a = &EncryptedArea{
-				Servers:   etcdServersOf(&c.Spec.Etcd, catalog, prefix),
+				Servers:   c.Etcd.ServersAt(catalog, prefix),
 				KeyPrefix: EtcdKeyPrefix(c, prefix),
 				Want:      key.StoredPrefix(),
 				Key:       key.Name,
@@ -486,20 +486,4 @@ func EncryptionIncomplete(from, to EncryptionLayout) bool {
 		}
 	}
 	return false
-}
-
-// etcdServersOf is the etcd that stores the resources under prefix: the
-// override of a resource stored under the same prefix, or the main one.
-func etcdServersOf(spec *v1alpha1.EtcdSpec, catalog *Catalog, prefix string) []string {
-	for _, o := range spec.Overrides {
-		gr := schema.GroupResource{Group: o.Group, Resource: o.Resource}
-		p, ok := catalog.EtcdPrefixes[gr]
-		if !ok {
-			p = gr.Group + "/" + gr.Resource
-		}
-		if p == prefix {
-			return o.Servers
-		}
-	}
-	return spec.Servers
 }

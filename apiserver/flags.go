@@ -82,7 +82,7 @@ func managedFlags(c *Completed) []managedFlag {
 	f := []managedFlag{
 		{"advertise-address", []string{"$(" + PodIPEnv + ")"}, "the pod IP"},
 		{"secure-port", []string{itoa(s.Serving.SecurePort)}, "spec.serving.securePort"},
-		{"etcd-servers", []string{strings.Join(s.Etcd.Servers, ",")}, "spec.etcd.servers"},
+		{"etcd-servers", []string{strings.Join(c.Etcd.Main, ",")}, "spec.etcd.servers"},
 		{"etcd-prefix", []string{s.Etcd.Prefix}, "spec.etcd.prefix"},
 		{"service-cluster-ip-range", []string{strings.Join(s.ServiceClusterIPRange, ",")}, "spec.serviceClusterIPRange"},
 		{"service-node-port-range", []string{s.ServiceNodePortRange}, "spec.serviceNodePortRange"},
@@ -125,8 +125,8 @@ func managedFlags(c *Completed) []managedFlag {
 		add("etcd-certfile", "spec.etcd.tls", EtcdCertFile)
 		add("etcd-keyfile", "spec.etcd.tls", EtcdKeyFile)
 	}
-	if len(s.Etcd.Overrides) > 0 {
-		add("etcd-servers-overrides", "spec.etcd.overrides", EtcdOverrides(s.Etcd.Overrides))
+	if len(c.Etcd.Overrides) > 0 {
+		add("etcd-servers-overrides", "spec.etcd.overrides", c.Etcd.OverridesFlag())
 	}
 	if s.EndpointReconcilerType == v1alpha1.EndpointReconcilerMasterCount {
 		// Only the master-count reconciler reads it; it must be > 0, so a
@@ -318,18 +318,6 @@ func extraArgValue(a v1alpha1.ExtraArg, catalog *Catalog) string {
 		return "true"
 	}
 	return ""
-}
-
-// EtcdOverrides renders --etcd-servers-overrides: group/resource#url;url,
-// comma separated, sorted, with an empty group for the core group
-// ("/events#https://e:2379").
-func EtcdOverrides(overrides []v1alpha1.EtcdOverride) string {
-	parts := make([]string, 0, len(overrides))
-	for _, o := range overrides {
-		parts = append(parts, o.Group+"/"+o.Resource+"#"+strings.Join(o.Servers, ";"))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
 }
 
 // DenyServiceExternalIPs is the admission plugin that refuses new

@@ -401,7 +401,7 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		Image:           cmp.Or(in.EtcdDialerImage, DefaultEtcdDialerImage),
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{EtcdDialerCommand},
-		Args:            []string{"--socket=" + EtcdDialerSocket, "--allow=" + strings.Join(EtcdAddresses(c), ",")},
+		Args:            []string{"--socket=" + EtcdDialerSocket, "--allow=" + strings.Join(c.Etcd.Addresses, ",")},
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
 		// It relays etcd's bytes (spliced by the kernel) and holds idle
 		// connections during an outage: little of either. No memory
@@ -502,12 +502,9 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 // override servers (k8s.io/apiserver's EtcdOptions.addEtcdHealthEndpoint);
 // excluding a check it does not have is harmless.
 func ProbePaths(c *Completed) (livez, readyz string) {
-	sets := map[string]bool{}
-	for _, o := range c.Spec.Etcd.Overrides {
-		sets[strings.Join(slices.Sorted(slices.Values(o.Servers)), ";")] = true
-	}
+	sets := len(c.Etcd.OverrideSets)
 	overrides := url.Values{}
-	for i := range len(sets) {
+	for i := range sets {
 		overrides.Add("exclude", fmt.Sprintf("etcd-override-%d", i))
 		overrides.Add("exclude", fmt.Sprintf("etcd-override-readiness-%d", i))
 	}
@@ -518,41 +515,8 @@ func ProbePaths(c *Completed) (livez, readyz string) {
 	// The group holds them all; the override checks are named too, in case
 	// a version installs them outside it.
 	live := url.Values{"exclude": {"etcd"}}
-	for i := range len(sets) {
+	for i := range sets {
 		live.Add("exclude", fmt.Sprintf("etcd-override-%d", i))
 	}
 	return "/livez?" + live.Encode(), readyz
-}
-
-// EtcdServers lists every etcd server of spec, overrides included, once
-// each, in the order of first appearance.
-func EtcdServers(spec *v1alpha1.EtcdSpec) []string {
-	var out []string
-	add := func(servers []string) {
-		for _, s := range servers {
-			if !slices.Contains(out, s) {
-				out = append(out, s)
-			}
-		}
-	}
-	add(spec.Servers)
-	for _, o := range spec.Overrides {
-		add(o.Servers)
-	}
-	return out
-}
-
-// EtcdAddresses are the host:port addresses kube-apiserver dials for etcd
-// (EtcdServers), sorted and without duplicates: the only ones the etcd
-// dialer connects to.
-func EtcdAddresses(c *Completed) []string {
-	var out []string
-	for _, s := range EtcdServers(&c.Spec.Etcd) {
-		// Admission accepts only URLs with a host.
-		if u, err := url.Parse(s); err == nil && u.Host != "" {
-			out = append(out, u.Host)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }

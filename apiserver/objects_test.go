@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"fmt"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"slices"
 	"strings"
 	"testing"
@@ -353,21 +354,48 @@ func TestEventRateLimit_RenderedMountedAndHashed(t *testing.T) {
 	}
 }
 
-// TestEtcdServersAndAddresses: every etcd server once, overrides included,
-// and the addresses kube-apiserver's CONNECTs name (the etcd dialer's
-// allow list), IPv6 in brackets as in the URL.
-func TestEtcdServersAndAddresses(t *testing.T) {
+// TestEtcdPlacement: every etcd server once, overrides included; the
+// addresses kube-apiserver's CONNECTs name (the etcd dialer's allow list),
+// IPv6 in brackets as in the URL; the distinct sets of servers compared as
+// kube-apiserver compares them, whatever their order.
+func TestEtcdPlacement(t *testing.T) {
 	cfg := sample(t, "minimal")
 	cfg.Spec.Etcd.Servers = []string{"https://etcd-1:2379", "https://[fd00::1]:2379", "https://etcd-1:2379"}
 	cfg.Spec.Etcd.Overrides = []v1alpha1.EtcdOverride{
 		{Resource: "events", Servers: []string{"https://events:2379", "https://etcd-1:2379"}},
 		{Group: "coordination.k8s.io", Resource: "leases", Servers: []string{"http://leases:2380"}},
+		{Resource: "pods", Servers: []string{"https://etcd-1:2379", "https://events:2379"}},
+		{Resource: "nodes", Servers: []string{"https://etcd-1:2379", "https://etcd-1:2379", "https://[fd00::1]:2379"}},
 	}
-	if got, want := EtcdServers(&cfg.Spec.Etcd), []string{"https://etcd-1:2379", "https://[fd00::1]:2379", "https://events:2379", "http://leases:2380"}; !slices.Equal(got, want) {
-		t.Errorf("EtcdServers: %v, want %v", got, want)
+	e := complete(t, cfg, Inputs{}).Etcd
+	if got, want := e.Servers, []string{"https://etcd-1:2379", "https://[fd00::1]:2379", "https://events:2379", "http://leases:2380"}; !slices.Equal(got, want) {
+		t.Errorf("Servers: %v, want %v", got, want)
 	}
-	c := complete(t, cfg, Inputs{})
-	if got, want := EtcdAddresses(c), []string{"[fd00::1]:2379", "etcd-1:2379", "events:2379", "leases:2380"}; !slices.Equal(got, want) {
-		t.Errorf("EtcdAddresses: %v, want %v", got, want)
+	if got, want := e.Addresses, []string{"[fd00::1]:2379", "etcd-1:2379", "events:2379", "leases:2380"}; !slices.Equal(got, want) {
+		t.Errorf("Addresses: %v, want %v", got, want)
+	}
+	// events and pods are one set in another order; nodes are the main
+	// servers: one etcd each, visited once.
+	wantSets := [][]string{cfg.Spec.Etcd.Servers, {"https://events:2379", "https://etcd-1:2379"}, {"http://leases:2380"}}
+	if !slices.EqualFunc(e.Sets, wantSets, slices.Equal) {
+		t.Errorf("Sets: %v, want %v", e.Sets, wantSets)
+	}
+	// kube-apiserver installs a pair of checks per distinct override set:
+	// nodes' is one, though it holds the main servers.
+	if got := len(e.OverrideSets); got != 3 {
+		t.Errorf("OverrideSets: %v, want 3 sets", e.OverrideSets)
+	}
+	for gr, want := range map[schema.GroupResource][]string{
+		{Resource: "pods"}: {"https://etcd-1:2379", "https://events:2379"},
+		{Group: "coordination.k8s.io", Resource: "leases"}: {"http://leases:2380"},
+		{Resource: "secrets"}:                              cfg.Spec.Etcd.Servers,
+		{Group: "events.k8s.io", Resource: "events"}:       cfg.Spec.Etcd.Servers,
+	} {
+		if got := e.ServersOf(gr); !slices.Equal(got, want) {
+			t.Errorf("ServersOf(%s): %v, want %v", gr, got, want)
+		}
+	}
+	if got, want := e.OverridesFlag(), "/events#https://events:2379;https://etcd-1:2379,/nodes#https://etcd-1:2379;https://etcd-1:2379;https://[fd00::1]:2379,/pods#https://etcd-1:2379;https://events:2379,coordination.k8s.io/leases#http://leases:2380"; got != want {
+		t.Errorf("OverridesFlag: %s, want %s", got, want)
 	}
 }

@@ -72,6 +72,8 @@ type Completed struct {
 	ServiceAccountIssuers []string
 	// Sizing is the cache sizing in force.
 	Sizing Sizing
+	// Etcd is where the tenant's data lives.
+	Etcd EtcdPlacement
 	// WatchFilter is the ApiServerConfig's WatchFilterLabel: the operator
 	// instance it belongs to, whose objects carry it too.
 	WatchFilter string
@@ -101,6 +103,7 @@ func Complete(cfg *v1alpha1.ApiServerConfig, in Inputs) (*Completed, error) {
 		return nil, fmt.Errorf("parsing spec.version %q: %w", c.Spec.Version, err)
 	}
 	c.Version = v
+	c.Etcd = newEtcdPlacement(&c.Spec.Etcd)
 	if c.Catalog, err = CatalogFor(v); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -278,7 +277,7 @@ func (r *ApiServerConfigReconciler) valuesUnder(ctx context.Context, p *pass, l 
 	want := []byte(l.Key.StoredPrefix())
 	count, first := 0, ""
 	prefix := apiserver.EtcdKeyPrefix(p.c, "")
-	for _, servers := range etcdServerSets(&p.c.Spec.Etcd) {
+	for _, servers := range p.c.Etcd.Sets {
 		err := r.Etcd.Scan(ctx, servers, p.etcdTLS, prefix, func(key, value []byte) {
 			if bytes.HasPrefix(value, want) {
 				if count == 0 {
@@ -292,17 +291,6 @@ func (r *ApiServerConfigReconciler) valuesUnder(ctx context.Context, p *pass, l 
 		}
 	}
 	return count, first, nil
-}
-
-// etcdServerSets are the main servers and each override's, once each.
-func etcdServerSets(spec *v1alpha1.EtcdSpec) [][]string {
-	out := [][]string{spec.Servers}
-	for _, o := range spec.Overrides {
-		if !slices.ContainsFunc(out, func(s []string) bool { return slices.Equal(s, o.Servers) }) {
-			out = append(out, o.Servers)
-		}
-	}
-	return out
 }
 
 func (r *ApiServerConfigReconciler) tenants() TenantConnector {

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
-	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
 // EtcdClient talks to a tenant's etcd servers.
@@ -166,7 +165,7 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 		return nil
 	}
 	p.obs.etcdChecked = true
-	endpoints := apiserver.EtcdServers(&p.c.Spec.Etcd)
+	endpoints := p.c.Etcd.Servers
 	p.obs.etcdErr = r.waitOnTenant(ctx, p, func() error { return r.Etcd.Check(ctx, endpoints, p.etcdTLS) })
 	if r.etcdWatch != nil {
 		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.etcdTLSID, unreachableEndpoint(p.obs.etcdErr))
@@ -210,15 +209,4 @@ func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerC
 		return nil, "", fmt.Errorf("the etcd client Secret %s/%s: %s holds no PEM certificate", cfg.Namespace, spec.TLS.SecretName, spec.TLS.CAKey)
 	}
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, tlsIdentity(ca, cert, key), nil
-}
-
-// serversOf is where kube-apiserver stores a core resource: its override,
-// or the main servers.
-func serversOf(spec *v1alpha1.EtcdSpec, resource string) []string {
-	for _, o := range spec.Overrides {
-		if o.Group == "" && o.Resource == resource {
-			return o.Servers
-		}
-	}
-	return spec.Servers
 }

@@ -58,7 +58,6 @@ func sizingStatus(prev *v1alpha1.CacheSizingStatus, s apiserver.Sizing) *v1alpha
 // from when apiserver.DecideResize says so. It returns whether they moved
 // and when to count again.
 func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, tlsConfig *tls.Config, now time.Time) (bool, time.Duration, error) {
-	spec := &c.Spec.Etcd
 	cs := c.Spec.CacheSizing
 	interval := cs.ObservationInterval.Duration
 	policy := apiserver.ResizePolicy{Threshold: float64(*cs.ResizeThresholdPercent) / 100, MinInterval: cs.MinResizeInterval.Duration}
@@ -83,11 +82,11 @@ func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg 
 	at := func(resource string) string {
 		return apiserver.EtcdKeyPrefix(c, catalog.EtcdPrefixes[schema.GroupResource{Resource: resource}])
 	}
-	nodes, err := r.Etcd.Count(ctx, serversOf(spec, "nodes"), tlsConfig, at("nodes"))
+	nodes, err := r.Etcd.Count(ctx, c.Etcd.ServersOf(schema.GroupResource{Resource: "nodes"}), tlsConfig, at("nodes"))
 	if err != nil {
 		return false, interval, err
 	}
-	pods, err := r.Etcd.Count(ctx, serversOf(spec, "pods"), tlsConfig, at("pods"))
+	pods, err := r.Etcd.Count(ctx, c.Etcd.ServersOf(schema.GroupResource{Resource: "pods"}), tlsConfig, at("pods"))
 	if err != nil {
 		return false, interval, err
 	}

@@ -240,7 +240,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	dialed := &dialCounter{}
 	dialerCtx, stopDialer := context.WithCancel(context.Background())
 	t.Cleanup(stopDialer)
-	dialer := &etcddialer.Server{Allowed: apiserver.EtcdAddresses(c), Dial: dialed.dial}
+	dialer := &etcddialer.Server{Allowed: c.Etcd.Addresses, Dial: dialed.dial}
 	go func() { _ = dialer.Serve(dialerCtx, must(etcddialer.Listen(socket))) }()
 
 	// The files of the operator's objects, where the pods mount them.
@@ -281,7 +281,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	// Every etcd connection went through the dialer.
-	for _, addr := range apiserver.EtcdAddresses(c) {
+	for _, addr := range c.Etcd.Addresses {
 		if dialed.of(addr).ok == 0 {
 			t.Errorf("kube-apiserver is ready, but never reached etcd %s through the etcd dialer", addr)
 		}
