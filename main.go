@@ -82,6 +82,7 @@ type options struct {
 	validatorDir         string
 	webhookHost          string
 	webhookPort          int
+	nodePortRange        string
 	stallAfter           time.Duration
 }
 
@@ -133,6 +134,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"ValidatingWebhookConfiguration whose caBundle the manager keeps with self-managed certificates.")
 	fs.StringVar(&o.webhookHost, "webhook-bind-host", "", "Address the webhook server binds to; all addresses when empty.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	fs.StringVar(&o.nodePortRange, "management-node-port-range", controllers.DefaultManagementNodePortRange,
+		"The management cluster's --service-node-port-range: admission refuses a spec.serving.service.nodePort outside it (no API tells it, and a dry run does not check it).")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+upstream.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
 	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
@@ -299,7 +302,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		// The tenants' pods run on the manager's pod network: their
 		// --advertise-address has the family of the manager's own IP.
 		admission := apiserver.Admission{Validator: validators, PodIP: os.Getenv("POD_IP")}
-		if err := controllers.SetupWebhookWithManager(mgr, admission); err != nil {
+		if err := controllers.SetupWebhookWithManager(mgr, admission, o.nodePortRange); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)
 		}
 		// Ready only once the webhook serves, or admission would fail; not

@@ -68,7 +68,7 @@ func run(m *testing.M) (int, error) {
 	}
 	validators := upstream.NewPool(envtest.BinDir())
 	defer validators.Close()
-	if err := SetupWebhookWithManager(mgr, apiserver.Admission{Validator: validators}); err != nil {
+	if err := SetupWebhookWithManager(mgr, apiserver.Admission{Validator: validators}, ""); err != nil {
 		return 0, err
 	}
 	reconciler = &ApiServerConfigReconciler{

@@ -1,14 +1,18 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -25,6 +29,11 @@ import (
 // and files. A refused spec never reaches a pod.
 type ApiServerConfigValidator struct {
 	Admission apiserver.Admission
+	// Client asks the management cluster, with a dry run, whether it takes
+	// the tenant's objects (see DryRun); nil does not ask.
+	Client client.Client
+	// NodePorts is the management cluster's --service-node-port-range.
+	NodePorts *utilnet.PortRange
 }
 
 var _ admission.Validator[*v1alpha1.ApiServerConfig] = ApiServerConfigValidator{}
@@ -35,10 +44,16 @@ var _ admission.Validator[*v1alpha1.ApiServerConfig] = ApiServerConfigValidator{
 const webhookBudget = 8 * time.Second
 
 // SetupWebhookWithManager serves the validator from the manager's webhook
-// server.
-func SetupWebhookWithManager(mgr ctrl.Manager, a apiserver.Admission) error {
+// server; it dry-runs the tenants' objects with the manager's client.
+// nodePorts is the management cluster's --service-node-port-range
+// (DefaultManagementNodePortRange when empty).
+func SetupWebhookWithManager(mgr ctrl.Manager, a apiserver.Admission, nodePorts string) error {
+	ports, err := utilnet.ParsePortRange(cmp.Or(nodePorts, DefaultManagementNodePortRange))
+	if err != nil {
+		return fmt.Errorf("reading the management cluster's node port range %q: %w", nodePorts, err)
+	}
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.ApiServerConfig{}).
-		WithValidator(ApiServerConfigValidator{Admission: a}).
+		WithValidator(ApiServerConfigValidator{Admission: a, Client: mgr.GetClient(), NodePorts: ports}).
 		Complete()
 }
 
@@ -63,6 +78,13 @@ func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alph
 	ctx, cancel := context.WithTimeout(ctx, webhookBudget)
 	defer cancel()
 	errs, warnings := v.Admission.Admit(ctx, old, obj)
+	if len(errs) == 0 && v.Client != nil {
+		// Only a spec kube-apiserver takes costs the management cluster
+		// a request.
+		var dryRunWarnings []string
+		errs, dryRunWarnings = DryRun(ctx, v.Client, obj, v.NodePorts)
+		warnings = append(warnings, dryRunWarnings...)
+	}
 	for _, e := range errs {
 		if e.Type == field.ErrorTypeInternal {
 			ctrl.LoggerFrom(ctx).Error(e, "Admission could not judge an ApiServerConfig: it was refused", "apiServerConfig", klog.KObj(obj))

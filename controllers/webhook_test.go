@@ -10,9 +10,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -154,5 +157,63 @@ func TestDrainingServer_ClosesConnectionsOnlyWhileDraining(t *testing.T) {
 	}
 	if called != 2 {
 		t.Errorf("the webhook answered %d of 2 requests", called)
+	}
+}
+
+func TestApiServerConfigValidator_RefusesWhatTheManagementClusterWouldRefuse(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "dryrun-"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	// Another Service of the management cluster holds a node port.
+	taken := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "holder"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "x"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80), NodePort: 31234}}},
+	}
+	if err := env.Client.Create(ctx, taken); err != nil {
+		t.Fatal(err)
+	}
+	nodePort := func(port int32) func(*v1alpha1.ApiServerConfigSpec) {
+		return func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Serving.Service.Type = corev1.ServiceTypeNodePort
+			s.Serving.Service.NodePort = ptr.To(port)
+		}
+	}
+	for _, tc := range []struct {
+		name, field, message string
+		mutate               func(*v1alpha1.ApiServerConfigSpec)
+	}{
+		{"node port outside the cluster's range", "spec.serving.service.nodePort", "the management cluster's node ports are 30000-32767", nodePort(80)},
+		{"node port another Service holds", "spec.serving.service.nodePort", "provided port is already allocated", nodePort(31234)},
+		{"requests above limits", "spec.resources", "must be less than or equal to memory limit", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Resources = corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := env.Client.Create(ctx, newConfig(ns.Name, "refused", tc.mutate))
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want the webhook to refuse the spec as Invalid, got %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.field+": Invalid value") || !strings.Contains(err.Error(), tc.message) {
+				t.Fatalf("the refusal does not name %s and say %q: %v", tc.field, tc.message, err)
+			}
+			t.Logf("Refused as expected: %v", err)
+		})
+	}
+	// The dry runs stored nothing; a free node port is taken.
+	services := &corev1.ServiceList{}
+	if err := env.Client.List(ctx, services, client.InNamespace(ns.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if len(services.Items) != 1 {
+		t.Fatalf("the namespace holds %d Services after the dry runs, want only the holder's", len(services.Items))
+	}
+	if err := env.Client.Create(ctx, newConfig(ns.Name, "accepted", nodePort(31235))); err != nil {
+		t.Fatalf("a free node port was refused: %v", err)
 	}
 }

@@ -1,0 +1,179 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// dryRunField maps a field of an object the operator applies to the spec
+// field whose value it carries, by the longest prefix of the object's
+// field (as the API server names it in a refusal).
+type dryRunField struct {
+	object string
+	spec   *field.Path
+}
+
+var (
+	serviceSpec = field.NewPath("spec", "serving", "service")
+	podSpec     = "spec.template.spec."
+	// dryRunFields are the fields of the Service, the Deployment and the
+	// budget that come from the spec; what none of them matches is placed
+	// at the object's own field (dryRunDefault).
+	dryRunFields = map[string][]dryRunField{
+		"Service": {
+			{"spec.ports[0].nodePort", serviceSpec.Child("nodePort")},
+			{"spec.ports[0].port", serviceSpec.Child("port")},
+			{"spec.ports", serviceSpec.Child("port")},
+			{"spec.type", serviceSpec.Child("type")},
+			{"metadata.annotations", serviceSpec.Child("annotations")},
+		},
+		"Deployment": {
+			{"spec.replicas", field.NewPath("spec", "masterCount")},
+			{podSpec + "containers[0].resources", field.NewPath("spec", "resources")},
+			{podSpec + "containers[0].image", field.NewPath("spec", "image")},
+			{podSpec + "nodeSelector", field.NewPath("spec", "nodeSelector")},
+			{podSpec + "tolerations", field.NewPath("spec", "tolerations")},
+			{podSpec + "affinity", field.NewPath("spec", "affinity")},
+			{podSpec + "topologySpreadConstraints", field.NewPath("spec", "topologySpreadConstraints")},
+			{podSpec + "priorityClassName", field.NewPath("spec", "priorityClassName")},
+		},
+	}
+	dryRunDefault = map[string]*field.Path{
+		"Service":             serviceSpec,
+		"Deployment":          field.NewPath("spec"),
+		"PodDisruptionBudget": field.NewPath("spec", "masterCount"),
+	}
+)
+
+// specFieldOf is the spec field that produced the field f of an object of
+// kind.
+func specFieldOf(kind, f string) *field.Path {
+	best, length := dryRunDefault[kind], 0
+	for _, m := range dryRunFields[kind] {
+		if (f == m.object || strings.HasPrefix(f, m.object+".") || strings.HasPrefix(f, m.object+"[")) && len(m.object) > length {
+			best, length = m.spec, len(m.object)
+		}
+	}
+	return best
+}
+
+// DefaultManagementNodePortRange is kube-apiserver's default
+// --service-node-port-range, which the management cluster most likely has.
+const DefaultManagementNodePortRange = "30000-32767"
+
+// DryRun asks the management cluster, with a server-side dry run, whether
+// it would take the objects of cfg that carry values of the spec (its
+// Service, Deployment and disruption budget): a node port already taken,
+// requests above limits, a policy engine's refusal. The API server
+// validates and runs its admission on them and stores nothing. What it
+// refuses is returned at the spec field that produced it; a failure to ask
+// (the management cluster overloaded) is returned as a warning, not a
+// refusal: the controller reports such objects in status anyway.
+//
+// A dry run does not check that a node port lies in the cluster's range
+// (k8s.io/kubernetes' portallocator checks only that it is free when it
+// does not allocate), and no API tells the range: nodePorts, the
+// management cluster's --service-node-port-range, is checked here.
+func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig, nodePorts *utilnet.PortRange) (field.ErrorList, []string) {
+	if s := cfg.Spec.Serving.Service; s.NodePort != nil && nodePorts != nil && s.Type != corev1.ServiceTypeClusterIP && !nodePorts.Contains(int(*s.NodePort)) {
+		return field.ErrorList{field.Invalid(serviceSpec.Child("nodePort"), *s.NodePort, fmt.Sprintf(
+			"the management cluster's node ports are %s (its --service-node-port-range, as the operator's --management-node-port-range says): choose one of them, or leave nodePort out to have one allocated", nodePorts))}, nil
+	}
+	completed, err := apiserver.Complete(cfg, apiserver.Inputs{})
+	if err != nil {
+		return field.ErrorList{field.Invalid(field.NewPath("spec"), "", err.Error())}, nil
+	}
+	m, env, err := apiserver.StandIns(completed)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("the management cluster was not asked whether it takes the tenant's objects: %v", err)}
+	}
+	objs, err := apiserver.Desired(completed, m, env)
+	if err != nil {
+		return field.ErrorList{field.Invalid(field.NewPath("spec"), "", fmt.Sprintf("rendering the tenant's objects: %v", err))}, nil
+	}
+	asked := []client.Object{objs.Service, objs.Deployment}
+	if objs.PodDisruptionBudget != nil {
+		asked = append(asked, objs.PodDisruptionBudget)
+	}
+	results := make([]error, len(asked))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, obj := range asked {
+		g.Go(func() error {
+			results[i] = dryRunApply(gctx, c, obj)
+			return nil
+		})
+	}
+	_ = g.Wait() // the results hold the errors
+	var errs field.ErrorList
+	var warnings []string
+	for i, err := range results {
+		if err == nil {
+			continue
+		}
+		kind := asked[i].GetObjectKind().GroupVersionKind().Kind
+		if refused := refusal(kind, asked[i].GetName(), err); refused != nil {
+			errs = append(errs, refused...)
+			continue
+		}
+		warnings = append(warnings, fmt.Sprintf("the management cluster could not say whether it takes %s %s (it is checked again when the operator applies it): %v", kind, asked[i].GetName(), err))
+	}
+	return errs, warnings
+}
+
+// dryRunApply server-side applies obj as the controller would, without
+// storing it.
+func dryRunApply(ctx context.Context, c client.Client, obj client.Object) error {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return fmt.Errorf("converting %T %s: %w", obj, obj.GetName(), err)
+	}
+	delete(u, "status")
+	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}),
+		client.FieldOwner(apiserver.FieldOwner), client.ForceOwnership, client.DryRunAll)
+}
+
+// refusal turns the management cluster's refusal of the object name of
+// kind into errors at the spec fields that produced what it refused; nil
+// for an error that is no refusal of the object (the API server could not
+// answer).
+func refusal(kind, name string, err error) field.ErrorList {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || transient(err) {
+		return nil
+	}
+	s := status.Status()
+	prefix := fmt.Sprintf("the management cluster refuses the tenant's %s %s", kind, name)
+	var errs field.ErrorList
+	if s.Details != nil {
+		for _, cause := range s.Details.Causes {
+			errs = append(errs, field.Invalid(specFieldOf(kind, cause.Field), field.OmitValueType{}, fmt.Sprintf("%s: %s: %s", prefix, cause.Field, cause.Message)))
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, field.Invalid(specFieldOf(kind, ""), field.OmitValueType{}, fmt.Sprintf("%s: %s", prefix, s.Message)))
+	}
+	return errs
+}
+
+// transient: the API server could not answer now, which says nothing of
+// the object.
+func transient(err error) bool {
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
+}
