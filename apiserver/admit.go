@@ -1,11 +1,15 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -219,11 +223,14 @@ func problemError(c *Completed, p upstream.Problem) *field.Error {
 			best = &o
 		}
 	}
+	// A field the operator renders a flag or a file from, rather than a
+	// value written verbatim: the leaf under it may be known.
+	rendered := best != nil && best.rank == 1
 	// The admission flags' fields are not where a plugin that fails to
 	// initialise is chosen or configured.
 	if best != nil && best.rank > 0 {
 		if o := pluginOrigin(c, p.Message); o != nil {
-			best = o
+			best, rendered = o, true
 		}
 	}
 	msg := fmt.Sprintf("kube-apiserver %s would refuse to start: %s", c.Spec.Version, p.Message)
@@ -237,5 +244,82 @@ func problemError(c *Completed, p upstream.Problem) *field.Error {
 	if best == nil {
 		return nil
 	}
+	if rendered {
+		// The value the message quotes leads to the leaf that holds it.
+		if leaf, value, ok := leafOf(c, best.path, p.Message); ok {
+			return field.Invalid(leaf, value, msg)
+		}
+	}
 	return field.Invalid(best.path, best.value, msg)
+}
+
+// invalidValue finds the values a validation message quotes
+// (`Invalid value: "https://x?q": URL must not contain a query`).
+var invalidValue = regexp.MustCompile(`Invalid value: ("(?:[^"\\]|\\.)*"|[^\s:,]+)`)
+
+// leafOf finds, under the spec field parent, the one leaf that holds a
+// value msg quotes as invalid: the field the user wrote it in. A value
+// held by none or by several leaves finds nothing.
+func leafOf(c *Completed, parent *field.Path, msg string) (*field.Path, any, bool) {
+	var tree any
+	raw, err := json.Marshal(c.Spec)
+	if err != nil {
+		return nil, nil, false
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber() // numbers as written: 1000000, not 1e+06
+	if d.Decode(&tree) != nil {
+		return nil, nil, false
+	}
+	names := strings.Split(parent.String(), ".")
+	if len(names) < 2 || names[0] != "spec" {
+		return nil, nil, false
+	}
+	for _, name := range names[1:] {
+		m, ok := tree.(map[string]any)
+		if !ok {
+			return nil, nil, false
+		}
+		tree = m[name]
+	}
+	for _, match := range invalidValue.FindAllStringSubmatch(msg, -1) {
+		quoted := match[1]
+		if unquoted, err := strconv.Unquote(quoted); err == nil {
+			quoted = unquoted
+		}
+		var found []*field.Path
+		var value any
+		walkLeaves(tree, parent, func(p *field.Path, v any) {
+			if fmt.Sprint(v) == quoted {
+				if n, ok := v.(json.Number); ok {
+					v = n.String()
+					if i, err := n.Int64(); err == nil {
+						v = i
+					}
+				}
+				found, value = append(found, p), v
+			}
+		})
+		if len(found) == 1 {
+			return found[0], value, true
+		}
+	}
+	return nil, nil, false
+}
+
+// walkLeaves calls fn with every scalar under v, at its path.
+func walkLeaves(v any, at *field.Path, fn func(*field.Path, any)) {
+	switch t := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			walkLeaves(t[k], at.Child(k), fn)
+		}
+	case []any:
+		for i, e := range t {
+			walkLeaves(e, at.Index(i), fn)
+		}
+	case nil:
+	default:
+		fn(at, t)
+	}
 }

@@ -128,7 +128,7 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		}, field: "spec.admission.disablePlugins", message: "overlapped"},
 		{name: "an EventRateLimit limit upstream refuses", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Admission.EventRateLimit = &v1alpha1.EventRateLimitSpec{Limits: []v1alpha1.EventRateLimit{{Type: "Namespace", QPS: 0, Burst: 10}}}
-		}, field: "spec.admission.eventRateLimit", message: "limits[0].qps"},
+		}, field: "spec.admission.eventRateLimit.limits[0].qps", message: "limits[0].qps"},
 		{name: "EventRateLimit listed in enablePlugins, without its limits", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Admission.EnablePlugins = []string{"EventRateLimit"}
 		}, field: "spec.admission.enablePlugins[0]", message: "limits: Invalid value"},
@@ -136,10 +136,10 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		// OIDC issuers upstream refuses.
 		{name: "an issuer URL with a query", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://issuer.example.com?x=1", ClientID: "k"}
-		}, field: "spec.authentication", message: "URL must not contain a query"},
+		}, field: "spec.authentication.oidc.issuerURL", message: "URL must not contain a query"},
 		{name: "an issuer URL with user info", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://user:pw@issuer.example.com", ClientID: "k"}
-		}, field: "spec.authentication", message: "URL must not contain"},
+		}, field: "spec.authentication.oidc.issuerURL", message: "URL must not contain"},
 		{name: "an issuer URL equal to the service-account issuer", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://kubernetes.default.svc.cluster.local", ClientID: "k"}
 		}, field: "spec.authentication.serviceAccount.issuers", message: "must not overlap with disallowed issuers"},
@@ -147,10 +147,10 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		// Encryption resources upstream refuses.
 		{name: "encryption of *", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox", Resources: []string{"*"}}
-		}, field: "spec.encryption", message: "use '*.' to encrypt all the resources from core API group"},
+		}, field: "spec.encryption.resources[0]", message: "use '*.' to encrypt all the resources from core API group"},
 		{name: "a removed group spelling", mutate: func(c *v1alpha1.ApiServerConfig) {
-			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox", Resources: []string{"deployments.extensions"}}
-		}, field: "spec.encryption", message: "'extensions' group has been removed"},
+			c.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox", Resources: []string{"secrets", "deployments.extensions"}}
+		}, field: "spec.encryption.resources[1]", message: "'extensions' group has been removed"},
 
 		// runtimeConfig keys.
 		{name: "a version that is not registered", mutate: func(c *v1alpha1.ApiServerConfig) {
