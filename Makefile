@@ -28,7 +28,7 @@ KUBE_APISERVER ?= $(LOCALBIN)/kube-apiserver
 ETCD ?= $(LOCALBIN)/etcd
 KUBECTL ?= $(LOCALBIN)/kubectl
 # Every bundled version's kube-apiserver and its own validation code
-# (apiserver/upstream), named by version: admission runs the one of the
+# (apiserver/validatorpool), named by version: admission runs the one of the
 # spec's version.
 KUBE_APISERVERS := $(foreach v,$(KUBE_VERSIONS),$(LOCALBIN)/kube-apiserver-$(v))
 # The etcd dialer sidecar's image is tagged with its own version

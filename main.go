@@ -34,7 +34,7 @@ import (
 
 	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
 )
 
@@ -137,7 +137,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.StringVar(&o.nodePortRange, "management-node-port-range", controllers.DefaultManagementNodePortRange,
 		"The management cluster's --service-node-port-range: admission refuses a spec.serving.service.nodePort outside it (no API tells it, and a dry run does not check it).")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
-		"Directory with the validators of the bundled kube-apiserver versions ("+upstream.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
+		"Directory with the validators of the bundled kube-apiserver versions ("+validatorpool.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
 	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
 		"Before a minor upgrade, how long no client may have called an API the target version no longer serves (as the running apiservers count them) before the upgrade goes ahead; the annotation "+apiserver.AllowRemovedAPICallsAnnotation+"=<version> lets it go at once.")
 	fs.DurationVar(&o.stallAfter, "stall-after", controllers.DefaultStallAfter,
@@ -292,7 +292,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("--webhook-cert-management is %q: use self or external", o.webhookCerts)
 	}
 	if o.webhooks {
-		validators := upstream.NewPool(o.validatorDir)
+		validators := validatorpool.NewPool(o.validatorDir)
 		if len(validators.Versions()) == 0 {
 			setupLog.Info("No kube-apiserver validator found: admission will refuse every ApiServerConfig of a bundled version", "validatorDir", o.validatorDir)
 		}

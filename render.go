@@ -9,7 +9,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/render"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
 // crdYAML is the CRD the binary was built with: render applies its defaults
@@ -27,7 +27,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	repo := fs.String("apiserver-image-repository", apiserver.DefaultImageRepository, "Repository of the bundled kube-apiserver image, as the operator is configured.")
 	dialerImage := fs.String("etcd-dialer-image", apiserver.DefaultEtcdDialerImage, "Image of the etcd dialer sidecar, as the operator is configured.")
 	clusterIP := fs.String("service-cluster-ip", "", "ClusterIP of the apiservers' Service, if known (it goes in the serving certificate).")
-	validatorDir := fs.String("validator-dir", defaultValidatorDir(), "Directory with the kube-apiserver validators ("+upstream.BinaryPrefix+"<version>), as the operator is configured.")
+	validatorDir := fs.String("validator-dir", defaultValidatorDir(), "Directory with the kube-apiserver validators ("+validatorpool.BinaryPrefix+"<version>), as the operator is configured.")
 	podIP := fs.String("pod-ip", apiserver.DefaultPodIP, "An address of the pod network the apiserver pods would run on (its family must match the first service range).")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -43,7 +43,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("reading %s: %w", *file, err)
 	}
 	render.SetWarningWriter(stderr)
-	validators := upstream.NewPool(*validatorDir)
+	validators := validatorpool.NewPool(*validatorDir)
 	defer validators.Close()
 	return render.Render(stdout, manifest, render.Options{
 		CRD:             crdYAML,

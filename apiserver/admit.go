@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
 // Admission decides what an ApiServerConfig may become, beyond the CRD's
@@ -24,7 +24,7 @@ import (
 type Admission struct {
 	// Validator runs the bundled kube-apiserver's own code. Nil admits
 	// nothing that would need it (fail closed).
-	Validator upstream.Validator
+	Validator validatorpool.Validator
 	// PodIP is an address of the pod network the tenants' pods run on
 	// (the operator's own pod IP): its family is the one their
 	// --advertise-address has. Empty means DefaultPodIP.
@@ -65,7 +65,7 @@ func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) fie
 		}
 		return field.ErrorList{field.InternalError(specPath.Child("version"), fmt.Errorf(
 			"the operator has no validator for kube-apiserver %s, so it cannot check this spec and admits nothing unchecked: the manager's --validator-dir must hold %s%s",
-			version, upstream.BinaryPrefix, version))}
+			version, validatorpool.BinaryPrefix, version))}
 	}
 	req, err := ValidationRequest(c, a.PodIP)
 	if err != nil {
@@ -80,7 +80,7 @@ func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) fie
 			"checking the spec with kube-apiserver %s's own code failed, so nothing is admitted unchecked; retry, and if it persists look at the operator's logs: %w", version, err))}
 	}
 	var errs field.ErrorList
-	var unplaced []upstream.Problem
+	var unplaced []validatorpool.Problem
 	for _, p := range res.Problems {
 		if e := problemError(c, p); e != nil {
 			errs = append(errs, e)
@@ -109,7 +109,7 @@ const maxEliminations = 6
 // extraArg without which kube-apiserver no longer reports them: it judges
 // the spec again without each extraArg in turn. What it cannot place is
 // reported on spec.
-func (a Admission) placeByElimination(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *Completed, problems []upstream.Problem) field.ErrorList {
+func (a Admission) placeByElimination(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *Completed, problems []validatorpool.Problem) field.ErrorList {
 	placed := map[string]int{} // problem message -> index of the extraArg
 	for i := 0; i < len(cfg.Spec.ExtraArgs) && i < maxEliminations && len(placed) < len(problems); i++ {
 		without := cfg.DeepCopy()
@@ -127,7 +127,7 @@ func (a Admission) placeByElimination(ctx context.Context, cfg *v1alpha1.ApiServ
 			break
 		}
 		for _, p := range problems {
-			if _, done := placed[p.Message]; !done && !slices.ContainsFunc(res.Problems, func(q upstream.Problem) bool { return q.Message == p.Message }) {
+			if _, done := placed[p.Message]; !done && !slices.ContainsFunc(res.Problems, func(q validatorpool.Problem) bool { return q.Message == p.Message }) {
 				placed[p.Message] = i
 			}
 		}
@@ -215,7 +215,7 @@ func pluginOrigin(c *Completed, msg string) *flagOrigin {
 // (the best ranked, when it concerns several), or at the field that turns
 // on the admission plugin it is about; nil when it names no flag of the
 // command line.
-func problemError(c *Completed, p upstream.Problem) *field.Error {
+func problemError(c *Completed, p validatorpool.Problem) *field.Error {
 	origins := flagOrigins(c)
 	var best *flagOrigin
 	for _, name := range p.Flags {

@@ -11,17 +11,17 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
 // validators are the validators `make bundled` builds into bin/.
-func validators(t testing.TB) *upstream.Pool {
+func validators(t testing.TB) *validatorpool.Pool {
 	t.Helper()
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
 		dir = filepath.Join("..", "bin")
 	}
-	pool := upstream.NewPool(dir)
+	pool := validatorpool.NewPool(dir)
 	for _, v := range v1alpha1.BundledVersions {
 		if !pool.Has(v) {
 			t.Fatalf("no validator for %s in %s: run make bundled", v, dir)
@@ -182,8 +182,8 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 // TestAdmission_FailsClosed: without an answer from kube-apiserver's code,
 // nothing is admitted, and the refusal says why.
 func TestAdmission_FailsClosed(t *testing.T) {
-	for name, v := range map[string]upstream.Validator{
-		"no validator binary":     upstream.NewPool(t.TempDir()),
+	for name, v := range map[string]validatorpool.Validator{
+		"no validator binary":     validatorpool.NewPool(t.TempDir()),
 		"a validator that dies":   brokenPool(t),
 		"no validator configured": nil,
 	} {
@@ -200,14 +200,14 @@ func TestAdmission_FailsClosed(t *testing.T) {
 }
 
 // brokenPool has a "validator" that exits without answering.
-func brokenPool(t *testing.T) *upstream.Pool {
+func brokenPool(t *testing.T) *validatorpool.Pool {
 	t.Helper()
 	dir := t.TempDir()
 	script := "#!/bin/sh\necho ready\nexit 3\n"
-	if err := os.WriteFile(filepath.Join(dir, upstream.BinaryPrefix+v1alpha1.BundledVersion), []byte(script), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, validatorpool.BinaryPrefix+v1alpha1.BundledVersion), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	pool := upstream.NewPool(dir)
+	pool := validatorpool.NewPool(dir)
 	t.Cleanup(pool.Close)
 	return pool
 }

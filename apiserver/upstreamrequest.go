@@ -11,7 +11,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
 // DefaultPodIP stands for the address a tenant's pod advertises when the
@@ -167,18 +167,18 @@ func StandIns(c *Completed) (Material, Environment, error) {
 // for by well-formed ones: their content is checked where the operator
 // reads them. podIP is the address the pods advertise, for the family
 // checks.
-func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
+func ValidationRequest(c *Completed, podIP string) (validatorpool.Request, error) {
 	m, env, err := StandIns(c)
 	if err != nil {
-		return upstream.Request{}, err
+		return validatorpool.Request{}, err
 	}
 	objs, err := Desired(c, m, env)
 	if err != nil {
-		return upstream.Request{}, err
+		return validatorpool.Request{}, err
 	}
 	t, err := throwawayFor(c.Spec.Certificates.KeyAlgorithm)
 	if err != nil {
-		return upstream.Request{}, err
+		return validatorpool.Request{}, err
 	}
 	files := objs.PodFiles(c, nil)
 	// The user's own objects are stood in for.
@@ -188,7 +188,7 @@ func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
 		}
 		for _, f := range o.Files {
 			if files[f.Path], err = t.standIn(f.Path); err != nil {
-				return upstream.Request{}, err
+				return validatorpool.Request{}, err
 			}
 		}
 	}
@@ -200,5 +200,5 @@ func ValidationRequest(c *Completed, podIP string) (upstream.Request, error) {
 	if podIP == "" {
 		podIP = DefaultPodIP
 	}
-	return upstream.Request{Args: objs.Args, Files: files, Env: map[string]string{PodIPEnv: podIP}}, nil
+	return validatorpool.Request{Args: objs.Args, Files: files, Env: map[string]string{PodIPEnv: podIP}}, nil
 }

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 )
 
@@ -66,7 +66,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("creating the manager: %w", err)
 	}
-	validators := upstream.NewPool(envtest.BinDir())
+	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
 	if err := SetupWebhookWithManager(mgr, apiserver.Admission{Validator: validators}, ""); err != nil {
 		return 0, err

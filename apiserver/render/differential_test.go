@@ -20,7 +20,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
 // TestAdmission_AgreesWithKubeAPIServer is the differential test of
@@ -98,7 +98,7 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 
 // checkOne admits one random spec and, if admitted, judges the
 // controller's rendering of it; it returns a failure, or "".
-func checkOne(opts Options, exact upstream.Validator, gen *generator, seed uint64, admitted, refused *atomic.Int64) string {
+func checkOne(opts Options, exact validatorpool.Validator, gen *generator, seed uint64, admitted, refused *atomic.Int64) string {
 	cfg := gen.spec(seed)
 	manifest, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -139,7 +139,7 @@ var catalogPhrases = []string{"has no flag", "has no feature gate", "is locked t
 // checkCatalogRefusal checks the other direction for a spec the catalog
 // checks refused in kube-apiserver's stead, and for nothing else: its
 // rendering must be refused by kube-apiserver's code too.
-func checkCatalogRefusal(opts Options, exact upstream.Validator, cfg *v1alpha1.ApiServerConfig, seed uint64, manifest []byte) string {
+func checkCatalogRefusal(opts Options, exact validatorpool.Validator, cfg *v1alpha1.ApiServerConfig, seed uint64, manifest []byte) string {
 	errs, _ := apiserver.Validate(cfg)
 	if len(errs) == 0 {
 		return ""

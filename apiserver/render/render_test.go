@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/upstream"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/ with the current output")
@@ -29,16 +29,16 @@ func crd(t *testing.T) []byte {
 // operator, with the validators built into bin/.
 func options(t *testing.T) Options {
 	t.Helper()
-	pool := upstream.NewPool(validatorDir())
+	pool := validatorpool.NewPool(validatorDir())
 	t.Cleanup(pool.Close)
 	return Options{CRD: crd(t), Admission: apiserver.Admission{Validator: pool}}
 }
 
 // exactValidator judges as the pod's start-up runs, without the Pool's
 // shortcuts.
-func exactValidator(t *testing.T) *upstream.Pool {
+func exactValidator(t *testing.T) *validatorpool.Pool {
 	t.Helper()
-	pool := upstream.NewPool(validatorDir(), upstream.Exact())
+	pool := validatorpool.NewPool(validatorDir(), validatorpool.Exact())
 	t.Cleanup(pool.Close)
 	return pool
 }

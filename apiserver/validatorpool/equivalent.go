@@ -1,4 +1,4 @@
-package upstream
+package validatorpool
 
 import (
 	"net/url"

@@ -1,4 +1,4 @@
-// Package upstream asks the bundled kube-apiserver's own code whether it
+// Package validatorpool asks the bundled kube-apiserver's own code whether it
 // would start with a command line and its files. The judge is the
 // validator command of the bundled module (apiserver/bundled/cmd/validator),
 // built for each bundled version as kube-apiserver-validator-<version>: it
@@ -19,7 +19,7 @@
 // validators (see the validator's supplyLoopback), and requests that differ only in values
 // kube-apiserver's start-up does not judge share an acceptance (see
 // Equivalent). Exact turns both off.
-package upstream
+package validatorpool
 
 import (
 	"bufio"
