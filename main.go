@@ -34,6 +34,7 @@ import (
 
 	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
 )
@@ -301,8 +302,8 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		defer validators.Close()
 		// The tenants' pods run on the manager's pod network: their
 		// --advertise-address has the family of the manager's own IP.
-		admission := apiserver.Admission{Validator: validators, PodIP: os.Getenv("POD_IP")}
-		if err := controllers.SetupWebhookWithManager(mgr, admission, o.nodePortRange); err != nil {
+		judge := admission.Admission{Validator: validators, PodIP: os.Getenv("POD_IP")}
+		if err := controllers.SetupWebhookWithManager(mgr, judge, o.nodePortRange); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)
 		}
 		// Ready only once the webhook serves, or admission would fail; not

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/render"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
@@ -28,7 +29,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	dialerImage := fs.String("etcd-dialer-image", apiserver.DefaultEtcdDialerImage, "Image of the etcd dialer sidecar, as the operator is configured.")
 	clusterIP := fs.String("service-cluster-ip", "", "ClusterIP of the apiservers' Service, if known (it goes in the serving certificate).")
 	validatorDir := fs.String("validator-dir", defaultValidatorDir(), "Directory with the kube-apiserver validators ("+validatorpool.BinaryPrefix+"<version>), as the operator is configured.")
-	podIP := fs.String("pod-ip", apiserver.DefaultPodIP, "An address of the pod network the apiserver pods would run on (its family must match the first service range).")
+	podIP := fs.String("pod-ip", admission.DefaultPodIP, "An address of the pod network the apiserver pods would run on (its family must match the first service range).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,6 +51,6 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 		ImageRepository: *repo,
 		EtcdDialerImage: *dialerImage,
 		Inputs:          apiserver.Inputs{ServiceClusterIP: *clusterIP},
-		Admission:       apiserver.Admission{Validator: validators, PodIP: *podIP},
+		Admission:       admission.Admission{Validator: validators, PodIP: *podIP},
 	})
 }

@@ -49,13 +49,13 @@ type EncryptionKey struct {
 	Secret []byte `json:"secret,omitempty"`
 }
 
-// identityKey stores in plain text.
-var identityKey = EncryptionKey{Name: "identity", Provider: v1alpha1.EncryptionIdentity}
+// IdentityKey stores in plain text.
+var IdentityKey = EncryptionKey{Name: "identity", Provider: v1alpha1.EncryptionIdentity}
 
 // NewEncryptionKey generates a key for provider, named name.
 func NewEncryptionKey(provider v1alpha1.EncryptionProvider, name string) (EncryptionKey, error) {
 	if provider == v1alpha1.EncryptionIdentity {
-		return identityKey, nil
+		return IdentityKey, nil
 	}
 	k := EncryptionKey{Name: name, Provider: provider, Secret: make([]byte, 32)}
 	if _, err := rand.Read(k.Secret); err != nil {
@@ -115,7 +115,7 @@ func (l EncryptionLayout) keyFor(resource string) EncryptionKey {
 	if l.Key.Provider != v1alpha1.EncryptionIdentity && l.Covers(resource) {
 		return l.Key
 	}
-	return identityKey
+	return IdentityKey
 }
 
 // Matches reports whether the layout is what the spec asks for.
@@ -170,7 +170,7 @@ func NewEncryptionKeys(e *v1alpha1.EncryptionSpec, running bool) (EncryptionKeys
 	if err != nil {
 		return EncryptionKeys{}, "", err
 	}
-	plain := EncryptionLayout{Key: identityKey, Resources: resources}
+	plain := EncryptionLayout{Key: IdentityKey, Resources: resources}
 	next := EncryptionLayout{Key: key, Resources: resources}
 	if running && provider != v1alpha1.EncryptionIdentity {
 		return EncryptionKeys{Current: plain, Next: &next}, rotation.TrustNew, nil
@@ -232,7 +232,7 @@ func (m EncryptionKeys) Config() ([]byte, error) {
 	var entries []*entry
 	for _, r := range resources {
 		var keys []EncryptionKey
-		for _, l := range append(layouts, EncryptionLayout{Key: identityKey}) {
+		for _, l := range append(layouts, EncryptionLayout{Key: IdentityKey}) {
 			k := l.keyFor(r)
 			if !slices.ContainsFunc(keys, k.same) {
 				keys = append(keys, k)
@@ -252,7 +252,7 @@ func (m EncryptionKeys) Config() ([]byte, error) {
 	}
 	if len(entries) == 0 {
 		// Nothing encrypted (the opt-out): kube-apiserver wants an entry.
-		entries = []*entry{{keys: []EncryptionKey{identityKey}, resources: []string{"secrets"}}}
+		entries = []*entry{{keys: []EncryptionKey{IdentityKey}, resources: []string{"secrets"}}}
 	}
 	cfg := apiserverv1.EncryptionConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "EncryptionConfiguration"},
@@ -331,7 +331,7 @@ func ParseEncryptionKeys(data []byte, legacy EncryptionLayout) (EncryptionKeys, 
 			k.Provider = legacy.Key.Provider
 		}
 		legacy.Key = k
-		old := EncryptionLayout{Key: identityKey, Resources: legacy.Resources}
+		old := EncryptionLayout{Key: IdentityKey, Resources: legacy.Resources}
 		return EncryptionKeys{Current: legacy, Old: &old}, nil
 	}
 	if err := json.Unmarshal(data, &m); err != nil {

@@ -62,7 +62,7 @@ func written(t *testing.T, tr encryptionconfig.StaticTransformers, gr schema.Gro
 func TestEncryptionKeys_Config(t *testing.T) {
 	k1, k2 := testKey("key-1", v1alpha1.EncryptionSecretbox), testKey("key-2", v1alpha1.EncryptionSecretbox)
 	gcm := testKey("key-3", v1alpha1.EncryptionAESGCM)
-	id := identityKey
+	id := IdentityKey
 	def := []string{"configmaps", "secrets"}
 	layout := func(k EncryptionKey, r ...string) EncryptionLayout { return EncryptionLayout{Key: k, Resources: r} }
 	ptr := func(l EncryptionLayout) *EncryptionLayout { return &l }
@@ -225,9 +225,9 @@ func TestEncryptionAreas(t *testing.T) {
 				{at("minions"), main, k2.StoredPrefix()}, {at("services/specs"), main, k2.StoredPrefix()}}},
 		{name: "a resource that leaves must end up in plain text", keys: EncryptionKeys{Current: EncryptionLayout{Key: k2, Resources: []string{"secrets"}}, Old: &EncryptionLayout{Key: k1, Resources: []string{"configmaps", "secrets"}}},
 			want: []area{{at("configmaps"), main, ""}, {at("secrets"), main, k2.StoredPrefix()}}},
-		{name: "turned off", keys: EncryptionKeys{Current: EncryptionLayout{Key: identityKey, Resources: []string{"secrets"}}, Old: &EncryptionLayout{Key: k1, Resources: []string{"secrets"}}},
+		{name: "turned off", keys: EncryptionKeys{Current: EncryptionLayout{Key: IdentityKey, Resources: []string{"secrets"}}, Old: &EncryptionLayout{Key: k1, Resources: []string{"secrets"}}},
 			want: []area{{at("secrets"), main, ""}}},
-		{name: "off and at rest: nothing to prove", keys: EncryptionKeys{Current: EncryptionLayout{Key: identityKey, Resources: []string{"secrets"}}}},
+		{name: "off and at rest: nothing to prove", keys: EncryptionKeys{Current: EncryptionLayout{Key: IdentityKey, Resources: []string{"secrets"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -384,3 +384,28 @@ func joinMap[V any](m map[string]V, format func(V) string) string {
 }
 
 func itoa(i int32) string { return strconv.Itoa(int(i)) }
+
+// FlagSource is a flag the operator renders and where its value comes
+// from.
+type FlagSource struct {
+	Name   string
+	Values []string
+	// Field is the spec field it is rendered from ("spec.etcd.servers"),
+	// or what else when it does not start with "spec." ("the pod IP").
+	Field string
+	// Default: a default of the operator's, which extraArgs may replace.
+	Default bool
+}
+
+// FlagSources are the flags the operator renders for c: those it manages
+// from the spec, then its defaults.
+func FlagSources(c *Completed) []FlagSource {
+	var out []FlagSource
+	for _, f := range managedFlags(c) {
+		out = append(out, FlagSource{Name: f.name, Values: f.values, Field: f.field})
+	}
+	for _, f := range defaultFlags(c) {
+		out = append(out, FlagSource{Name: f.name, Values: f.values, Field: f.field, Default: true})
+	}
+	return out
+}

@@ -1,15 +1,11 @@
 package apiserver
 
 import (
-	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 func TestDesiredPKISecrets_ProvideEveryFileTheDeploymentMounts(t *testing.T) {
@@ -74,48 +70,4 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
-}
-
-// TestOwnedSecrets_AreWhatIsWrittenAndMounted keeps the one list of owned
-// Secrets true: what the builders write, what the pods mount of the
-// operator's and what deletion, Retain and render follow are the same.
-func TestOwnedSecrets_AreWhatIsWrittenAndMounted(t *testing.T) {
-	cfg := sample(t, "ha")
-	cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
-	c := complete(t, cfg, Inputs{})
-	stand, err := throwawayFor(c.Spec.Certificates.KeyAlgorithm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	written, err := desiredPKISecrets(c, stand.pki)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc, err := desiredEncryptionSecret(c, EncryptionKeys{Current: EncryptionLayout{Key: stand.encryption, Resources: DefaultEncryptedResources}}, rotation.State{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	written = append(written, enc)
-	owned := map[string][]string{}
-	for _, o := range OwnedSecrets(c.Name) {
-		owned[o.Name] = o.Keys
-	}
-	for _, s := range written {
-		keys := slices.Sorted(maps.Keys(s.Data))
-		if want, ok := owned[s.Name]; !ok || !slices.Equal(keys, slices.Sorted(slices.Values(want))) {
-			t.Errorf("Secret %s is written with keys %v; OwnedSecrets lists %v (listed: %v)", s.Name, keys, want, ok)
-		}
-		delete(owned, s.Name)
-	}
-	for name := range owned {
-		t.Errorf("OwnedSecrets lists %s, which nothing writes", name)
-	}
-	for _, o := range MountedObjects(c) {
-		if !o.Owned || o.Kind != KindSecret {
-			continue
-		}
-		if !slices.ContainsFunc(OwnedSecrets(c.Name), func(s OwnedSecret) bool { return s.Name == o.Name }) {
-			t.Errorf("the pods mount Secret %s as the operator's, but OwnedSecrets does not list it: deletion would leave it", o.Name)
-		}
-	}
 }

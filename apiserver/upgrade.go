@@ -184,23 +184,3 @@ func (c *Catalog) GroupVersions() map[string]bool {
 	}
 	return out
 }
-
-// replaceByField drops from errs every error on a field that better
-// already has an error for, then appends better: the upgrade policy's
-// "removed in" says more than "unknown" on the same field.
-func replaceByField(errs, better field.ErrorList) field.ErrorList {
-	if len(better) == 0 {
-		return errs
-	}
-	fields := map[string]bool{}
-	for _, e := range better {
-		fields[e.Field] = true
-	}
-	out := make(field.ErrorList, 0, len(errs)+len(better))
-	for _, e := range errs {
-		if !fields[e.Field] {
-			out = append(out, e)
-		}
-	}
-	return append(out, better...)
-}

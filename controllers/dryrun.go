@@ -17,6 +17,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 )
 
 // dryRunField maps a field of an object the operator applies to the spec
@@ -97,7 +98,7 @@ func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig,
 	if err != nil {
 		return field.ErrorList{field.Invalid(field.NewPath("spec"), "", err.Error())}, nil
 	}
-	m, env, err := apiserver.StandIns(completed)
+	m, env, err := admission.StandIns(completed)
 	if err != nil {
 		return nil, []string{fmt.Sprintf("the management cluster was not asked whether it takes the tenant's objects: %v", err)}
 	}

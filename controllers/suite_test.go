@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 )
@@ -68,7 +69,7 @@ func run(m *testing.M) (int, error) {
 	}
 	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
-	if err := SetupWebhookWithManager(mgr, apiserver.Admission{Validator: validators}, ""); err != nil {
+	if err := SetupWebhookWithManager(mgr, admission.Admission{Validator: validators}, ""); err != nil {
 		return 0, err
 	}
 	reconciler = &ApiServerConfigReconciler{

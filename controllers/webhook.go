@@ -17,18 +17,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
-	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	apiadmission "github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 )
 
 // +kubebuilder:webhook:path=/validate-controlplane-apiserver-operator-dev-v1alpha1-apiserverconfig,mutating=false,failurePolicy=fail,sideEffects=None,groups=controlplane.apiserver-operator.dev,resources=apiserverconfigs,verbs=create;update,versions=v1alpha1,name=vapiserverconfig.controlplane.apiserver-operator.dev,admissionReviewVersions=v1,timeoutSeconds=10
 
 // ApiServerConfigValidator is the validating admission webhook for what
-// the CRD's CEL rules cannot check (apiserver.Admission): the spec against
+// the CRD's CEL rules cannot check (apiadmission.Admission): the spec against
 // the catalogs of the kube-apiserver it will run, the operator's policy,
 // and then that kube-apiserver's own code judging the rendered command line
 // and files. A refused spec never reaches a pod.
 type ApiServerConfigValidator struct {
-	Admission apiserver.Admission
+	Admission apiadmission.Admission
 	// Client asks the management cluster, with a dry run, whether it takes
 	// the tenant's objects (see DryRun); nil does not ask.
 	Client client.Client
@@ -47,7 +47,7 @@ const webhookBudget = 8 * time.Second
 // server; it dry-runs the tenants' objects with the manager's client.
 // nodePorts is the management cluster's --service-node-port-range
 // (DefaultManagementNodePortRange when empty).
-func SetupWebhookWithManager(mgr ctrl.Manager, a apiserver.Admission, nodePorts string) error {
+func SetupWebhookWithManager(mgr ctrl.Manager, a apiadmission.Admission, nodePorts string) error {
 	ports, err := utilnet.ParsePortRange(cmp.Or(nodePorts, DefaultManagementNodePortRange))
 	if err != nil {
 		return fmt.Errorf("reading the management cluster's node port range %q: %w", nodePorts, err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
@@ -117,7 +118,7 @@ func checkOne(opts Options, exact validatorpool.Validator, gen *generator, seed 
 	if err != nil {
 		return fmt.Sprintf("seed %d: admitted, then the controller could not complete it: %v\n%s", seed, err, manifest)
 	}
-	req, err := apiserver.ValidationRequest(c, opts.Admission.PodIP)
+	req, err := admission.ValidationRequest(c, opts.Admission.PodIP)
 	if err != nil {
 		return fmt.Sprintf("seed %d: admitted, then the controller could not render it: %v\n%s", seed, err, manifest)
 	}
@@ -155,7 +156,7 @@ func checkCatalogRefusal(opts Options, exact validatorpool.Validator, cfg *v1alp
 	if err != nil {
 		return ""
 	}
-	req, err := apiserver.ValidationRequest(c, opts.Admission.PodIP)
+	req, err := admission.ValidationRequest(c, opts.Admission.PodIP)
 	if err != nil {
 		return ""
 	}

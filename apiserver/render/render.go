@@ -30,6 +30,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 )
 
 // Options are the facts rendering cannot know offline.
@@ -45,7 +46,7 @@ type Options struct {
 	EtcdDialerImage string
 	// Admission is the operator's admission (its validators), so that
 	// rendering refuses exactly what admission refuses.
-	Admission apiserver.Admission
+	Admission admission.Admission
 }
 
 // redacted stands for secret material, which rendering never generates.
@@ -65,7 +66,7 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	// Stand-in material, left out below: the real one is generated in the
 	// cluster. So is the OIDC issuer's CA, read there from the user's
 	// ConfigMap.
-	m, env, err := apiserver.StandIns(c)
+	m, env, err := admission.StandIns(c)
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func redact(s *corev1.Secret) *corev1.Secret {
 
 // admit defaults and validates manifest as the API server and the webhook
 // would, and returns the typed object.
-func admit(manifest, crdYAML []byte, admission apiserver.Admission) (*v1alpha1.ApiServerConfig, error) {
+func admit(manifest, crdYAML []byte, judge admission.Admission) (*v1alpha1.ApiServerConfig, error) {
 	u := &unstructured.Unstructured{}
 	if err := yaml.UnmarshalStrict(manifest, &u.Object); err != nil {
 		return nil, fmt.Errorf("reading the manifest: %w", err)
@@ -158,7 +159,7 @@ func admit(manifest, crdYAML []byte, admission apiserver.Admission) (*v1alpha1.A
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cfg); err != nil {
 		return nil, fmt.Errorf("reading the manifest: %w", err)
 	}
-	if errs, warnings := admission.Admit(context.Background(), nil, cfg); len(errs) > 0 {
+	if errs, warnings := judge.Admit(context.Background(), nil, cfg); len(errs) > 0 {
 		return nil, invalid(cfg.Name, errs)
 	} else if len(warnings) > 0 {
 		for _, w := range warnings {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
@@ -31,7 +31,7 @@ func options(t *testing.T) Options {
 	t.Helper()
 	pool := validatorpool.NewPool(validatorDir())
 	t.Cleanup(pool.Close)
-	return Options{CRD: crd(t), Admission: apiserver.Admission{Validator: pool}}
+	return Options{CRD: crd(t), Admission: admission.Admission{Validator: pool}}
 }
 
 // exactValidator judges as the pod's start-up runs, without the Pool's

@@ -14,6 +14,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
@@ -177,7 +178,7 @@ func rendered(cfg *v1alpha1.ApiServerConfig) (validatorpool.Request, string, boo
 	if err != nil {
 		return validatorpool.Request{}, "", false
 	}
-	req, err := apiserver.ValidationRequest(c, "")
+	req, err := admission.ValidationRequest(c, "")
 	return req, c.Spec.Version, err == nil
 }
 

@@ -1,4 +1,4 @@
-package apiserver
+package admission
 
 import (
 	"crypto/rand"
@@ -10,6 +10,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
@@ -22,9 +23,9 @@ const DefaultPodIP = "10.0.0.10"
 // validation request: what kube-apiserver accepts does not depend on which
 // keys it is given, only on their being well formed.
 type throwaway struct {
-	pki        PKISecrets
+	pki        apiserver.PKISecrets
 	etcd       map[string][]byte
-	encryption EncryptionKey
+	encryption apiserver.EncryptionKey
 	authzHook  []byte
 	oidcCA     []byte
 }
@@ -93,14 +94,14 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 		return nil, err
 	}
 	return &throwaway{
-		pki: PKISecrets{
+		pki: apiserver.PKISecrets{
 			CA: ca, CABundle: bundle, Serving: serving, KubeletClient: kubelet,
 			FrontProxyCA: ca, FrontProxyCABundle: bundle, FrontProxyClient: frontProxy,
 			ServiceAccountSigningKey: saPrivate, ServiceAccountPublicKeys: saPublic,
 			AdminKubeconfig: []byte("unused"),
 		},
 		etcd:       map[string][]byte{"ca": bundle, "cert": etcdClient.CertPEM(), "key": etcdKey},
-		encryption: EncryptionKey{Name: "validation", Provider: v1alpha1.EncryptionSecretbox, Secret: secret},
+		encryption: apiserver.EncryptionKey{Name: "validation", Provider: v1alpha1.EncryptionSecretbox, Secret: secret},
 		authzHook:  hookData,
 		oidcCA:     bundle,
 	}, nil
@@ -110,22 +111,22 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 // user's objects.
 func (t *throwaway) standIn(path string) ([]byte, error) {
 	switch path {
-	case EtcdCAFile:
+	case apiserver.EtcdCAFile:
 		return t.etcd["ca"], nil
-	case OIDCCAFile:
+	case apiserver.OIDCCAFile:
 		return t.oidcCA, nil
-	case EtcdCertFile:
+	case apiserver.EtcdCertFile:
 		return t.etcd["cert"], nil
-	case EtcdKeyFile:
+	case apiserver.EtcdKeyFile:
 		return t.etcd["key"], nil
-	case AuthorizationWebhookKubeconfigFile:
+	case apiserver.AuthorizationWebhookKubeconfigFile:
 		return t.authzHook, nil
-	case AuditPolicyFile:
-		return DefaultAuditPolicy()
-	case EncryptionConfigFile:
+	case apiserver.AuditPolicyFile:
+		return apiserver.DefaultAuditPolicy()
+	case apiserver.EncryptionConfigFile:
 		// The user's own configuration: it is read where the operator
 		// reads it.
-		return EncryptionKeys{Current: EncryptionLayout{Key: t.encryption, Resources: DefaultEncryptedResources}}.Config()
+		return apiserver.EncryptionKeys{Current: apiserver.EncryptionLayout{Key: t.encryption, Resources: apiserver.DefaultEncryptedResources}}.Config()
 	default:
 		return nil, fmt.Errorf("building the validation request: no stand-in for %s, which the pods read from a user's object", path)
 	}
@@ -136,25 +137,25 @@ func (t *throwaway) standIn(path string) ([]byte, error) {
 // encryption, the spec's layout comes with an older one, as a rotation
 // renders it next to the one it replaces: the widest configuration the
 // pods may get.
-func StandIns(c *Completed) (Material, Environment, error) {
+func StandIns(c *apiserver.Completed) (apiserver.Material, apiserver.Environment, error) {
 	t, err := throwawayFor(c.Spec.Certificates.KeyAlgorithm)
 	if err != nil {
-		return Material{}, Environment{}, fmt.Errorf("issuing the stand-in certificates: %w", err)
+		return apiserver.Material{}, apiserver.Environment{}, fmt.Errorf("issuing the stand-in certificates: %w", err)
 	}
-	m := Material{PKI: t.pki}
-	var env Environment
+	m := apiserver.Material{PKI: t.pki}
+	var env apiserver.Environment
 	if o := c.Spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" {
 		env.OIDCCA = t.oidcCA
 	}
 	if e := c.Spec.Encryption; e != nil && e.Provider != "" {
-		provider, resources := EncryptionTarget(e)
+		provider, resources := apiserver.EncryptionTarget(e)
 		key := t.encryption
 		if key.Provider = provider; provider == v1alpha1.EncryptionIdentity {
-			key = identityKey
+			key = apiserver.IdentityKey
 		}
 		previous := t.encryption
 		previous.Name, previous.Provider = "previous", v1alpha1.EncryptionSecretbox
-		m.Encryption = &EncryptionMaterial{Keys: EncryptionKeys{Current: EncryptionLayout{Key: key, Resources: resources}, Old: &EncryptionLayout{Key: previous, Resources: resources}}}
+		m.Encryption = &apiserver.EncryptionMaterial{Keys: apiserver.EncryptionKeys{Current: apiserver.EncryptionLayout{Key: key, Resources: resources}, Old: &apiserver.EncryptionLayout{Key: previous, Resources: resources}}}
 	}
 	return m, env, nil
 }
@@ -167,12 +168,12 @@ func StandIns(c *Completed) (Material, Environment, error) {
 // for by well-formed ones: their content is checked where the operator
 // reads them. podIP is the address the pods advertise, for the family
 // checks.
-func ValidationRequest(c *Completed, podIP string) (validatorpool.Request, error) {
+func ValidationRequest(c *apiserver.Completed, podIP string) (validatorpool.Request, error) {
 	m, env, err := StandIns(c)
 	if err != nil {
 		return validatorpool.Request{}, err
 	}
-	objs, err := Desired(c, m, env)
+	objs, err := apiserver.Desired(c, m, env)
 	if err != nil {
 		return validatorpool.Request{}, err
 	}
@@ -182,7 +183,7 @@ func ValidationRequest(c *Completed, podIP string) (validatorpool.Request, error
 	}
 	files := objs.PodFiles(c, nil)
 	// The user's own objects are stood in for.
-	for _, o := range MountedObjects(c) {
+	for _, o := range apiserver.MountedObjects(c) {
 		if o.Owned {
 			continue
 		}
@@ -200,5 +201,5 @@ func ValidationRequest(c *Completed, podIP string) (validatorpool.Request, error
 	if podIP == "" {
 		podIP = DefaultPodIP
 	}
-	return validatorpool.Request{Args: objs.Args, Files: files, Env: map[string]string{PodIPEnv: podIP}}, nil
+	return validatorpool.Request{Args: objs.Args, Files: files, Env: map[string]string{apiserver.PodIPEnv: podIP}}, nil
 }

@@ -1,4 +1,4 @@
-package apiserver
+package admission
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
 
@@ -36,10 +37,10 @@ type Admission struct {
 // operator's policy, and then kube-apiserver's own verdict on the rendered
 // command line and files. Every error names the spec field it comes from.
 func (a Admission) Admit(ctx context.Context, old, cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
-	errs, warnings := Validate(cfg)
+	errs, warnings := apiserver.Validate(cfg)
 	if old != nil {
 		// An upgrade's "removed in" replaces "unknown" on the same field.
-		errs = replaceByField(errs, ValidateUpdate(old, cfg))
+		errs = replaceByField(errs, apiserver.ValidateUpdate(old, cfg))
 	}
 	if len(errs) > 0 {
 		return errs, warnings
@@ -52,7 +53,7 @@ func (a Admission) Admit(ctx context.Context, old, cfg *v1alpha1.ApiServerConfig
 // judge asks the validator of cfg's version.
 func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) field.ErrorList {
 	specPath := field.NewPath("spec")
-	c, err := Complete(cfg, Inputs{})
+	c, err := apiserver.Complete(cfg, apiserver.Inputs{})
 	if err != nil {
 		return field.ErrorList{field.Invalid(specPath, "", err.Error())}
 	}
@@ -94,7 +95,7 @@ func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) fie
 // judgeVersion is the version whose code judges c: spec.version, or, for
 // another patch release of a bundled minor (spec.image), that bundled
 // version, since flags, gates and validation change between minors.
-func (a Admission) judgeVersion(c *Completed) string {
+func (a Admission) judgeVersion(c *apiserver.Completed) string {
 	if a.Validator != nil && !a.Validator.Has(c.Spec.Version) && c.Catalog != nil {
 		return c.Catalog.Version
 	}
@@ -109,12 +110,12 @@ const maxEliminations = 6
 // extraArg without which kube-apiserver no longer reports them: it judges
 // the spec again without each extraArg in turn. What it cannot place is
 // reported on spec.
-func (a Admission) placeByElimination(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *Completed, problems []validatorpool.Problem) field.ErrorList {
+func (a Admission) placeByElimination(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, problems []validatorpool.Problem) field.ErrorList {
 	placed := map[string]int{} // problem message -> index of the extraArg
 	for i := 0; i < len(cfg.Spec.ExtraArgs) && i < maxEliminations && len(placed) < len(problems); i++ {
 		without := cfg.DeepCopy()
 		without.Spec.ExtraArgs = slices.Delete(without.Spec.ExtraArgs, i, i+1)
-		wc, err := Complete(without, Inputs{})
+		wc, err := apiserver.Complete(without, apiserver.Inputs{})
 		if err != nil {
 			continue
 		}
@@ -155,23 +156,29 @@ type flagOrigin struct {
 
 // flagOrigins maps each flag of c's command line to the spec field that
 // produced it.
-func flagOrigins(c *Completed) map[string]flagOrigin {
+func flagOrigins(c *apiserver.Completed) map[string]flagOrigin {
 	out := map[string]flagOrigin{}
-	for _, f := range defaultFlags(c) {
-		out[f.name] = flagOrigin{path: field.NewPath("spec", "extraArgs"), value: "--" + f.name + "=" + strings.Join(f.values, ","), rank: 3}
+	sources := apiserver.FlagSources(c)
+	for _, f := range sources {
+		if f.Default {
+			out[f.Name] = flagOrigin{path: field.NewPath("spec", "extraArgs"), value: "--" + f.Name + "=" + strings.Join(f.Values, ","), rank: 3}
+		}
 	}
 	for i := len(c.Spec.ExtraArgs) - 1; i >= 0; i-- {
 		a := c.Spec.ExtraArgs[i]
 		out[a.Name] = flagOrigin{path: field.NewPath("spec", "extraArgs").Index(i).Child("value"), value: a.Value, rank: 0}
 	}
-	for _, f := range managedFlags(c) {
-		o := flagOrigin{path: specFieldPath(f.field), value: strings.Join(f.values, ","), rank: 1}
-		if !strings.HasPrefix(f.field, "spec.") {
+	for _, f := range sources {
+		if f.Default {
+			continue
+		}
+		o := flagOrigin{path: specFieldPath(f.Field), value: strings.Join(f.Values, ","), rank: 1}
+		if !strings.HasPrefix(f.Field, "spec.") {
 			// The pod IP is no field: its family clashes with the first
 			// service range, which is.
 			o = flagOrigin{path: field.NewPath("spec", "serviceClusterIPRange").Index(0), value: strings.Join(c.Spec.ServiceClusterIPRange, ","), rank: 2}
 		}
-		out[f.name] = o
+		out[f.Name] = o
 	}
 	return out
 }
@@ -196,13 +203,13 @@ var pluginRef = regexp.MustCompile(`admission plugin "([A-Za-z0-9.]+)"`)
 // is about: its configuration field, or its item of enablePlugins; nil
 // for a plugin of kube-apiserver's or the operator's defaults, or a
 // message about no plugin.
-func pluginOrigin(c *Completed, msg string) *flagOrigin {
+func pluginOrigin(c *apiserver.Completed, msg string) *flagOrigin {
 	m := pluginRef.FindStringSubmatch(msg)
 	if m == nil {
 		return nil
 	}
 	admission := field.NewPath("spec", "admission")
-	if m[1] == EventRateLimit && c.Spec.Admission.EventRateLimit != nil {
+	if m[1] == apiserver.EventRateLimit && c.Spec.Admission.EventRateLimit != nil {
 		return &flagOrigin{path: admission.Child("eventRateLimit"), value: field.OmitValueType{}}
 	}
 	if i := slices.Index(c.Spec.Admission.EnablePlugins, m[1]); i >= 0 {
@@ -215,7 +222,7 @@ func pluginOrigin(c *Completed, msg string) *flagOrigin {
 // (the best ranked, when it concerns several), or at the field that turns
 // on the admission plugin it is about; nil when it names no flag of the
 // command line.
-func problemError(c *Completed, p validatorpool.Problem) *field.Error {
+func problemError(c *apiserver.Completed, p validatorpool.Problem) *field.Error {
 	origins := flagOrigins(c)
 	var best *flagOrigin
 	for _, name := range p.Flags {
@@ -260,7 +267,7 @@ var invalidValue = regexp.MustCompile(`Invalid value: ("(?:[^"\\]|\\.)*"|[^\s:,]
 // leafOf finds, under the spec field parent, the one leaf that holds a
 // value msg quotes as invalid: the field the user wrote it in. A value
 // held by none or by several leaves finds nothing.
-func leafOf(c *Completed, parent *field.Path, msg string) (*field.Path, any, bool) {
+func leafOf(c *apiserver.Completed, parent *field.Path, msg string) (*field.Path, any, bool) {
 	var tree any
 	raw, err := json.Marshal(c.Spec)
 	if err != nil {
@@ -322,4 +329,24 @@ func walkLeaves(v any, at *field.Path, fn func(*field.Path, any)) {
 	default:
 		fn(at, t)
 	}
+}
+
+// replaceByField drops from errs every error on a field that better
+// already has an error for, then appends better: the upgrade policy's
+// "removed in" says more than "unknown" on the same field.
+func replaceByField(errs, better field.ErrorList) field.ErrorList {
+	if len(better) == 0 {
+		return errs
+	}
+	fields := map[string]bool{}
+	for _, e := range better {
+		fields[e.Field] = true
+	}
+	out := make(field.ErrorList, 0, len(errs)+len(better))
+	for _, e := range errs {
+		if !fields[e.Field] {
+			out = append(out, e)
+		}
+	}
+	return append(out, better...)
 }

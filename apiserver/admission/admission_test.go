@@ -1,13 +1,15 @@
-package apiserver
+package admission
 
 import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -19,7 +21,7 @@ func validators(t testing.TB) *validatorpool.Pool {
 	t.Helper()
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
-		dir = filepath.Join("..", "bin")
+		dir = filepath.Join("..", "..", "bin")
 	}
 	pool := validatorpool.NewPool(dir)
 	for _, v := range v1alpha1.BundledVersions {
@@ -210,4 +212,20 @@ func brokenPool(t *testing.T) *validatorpool.Pool {
 	pool := validatorpool.NewPool(dir)
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// expectRefusal fails unless errs refuse path with message; an empty path
+// expects no refusal.
+func expectRefusal(t *testing.T, errs field.ErrorList, path, message string) {
+	t.Helper()
+	if path == "" {
+		if len(errs) > 0 {
+			t.Fatalf("refused: %v", errs.ToAggregate())
+		}
+		return
+	}
+	if !slices.ContainsFunc(errs, func(e *field.Error) bool { return e.Field == path && strings.Contains(e.Error(), message) }) {
+		t.Fatalf("want %s refused with %q, got %v", path, message, errs.ToAggregate())
+	}
+	t.Logf("Refused at %s: %s", path, message)
 }
