@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
-	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
 )
 
 // DefaultImageRepository is where the operator's bundled kube-apiserver
@@ -29,12 +28,16 @@ import (
 // otherwise; its tag is the version.
 const DefaultImageRepository = "localhost/apiserver-operator/kube-apiserver"
 
+// EtcdDialerVersion tags the etcd dialer sidecar's image: etcddialer.Version,
+// which moves only when the dialer's code does (a test of the dialer holds
+// the two equal), so that upgrading the operator rolls no tenant for an
+// unchanged sidecar. It is repeated here so that rendering does not import
+// the dialer, a network daemon.
+const EtcdDialerVersion = "v1"
+
 // DefaultEtcdDialerImage is the etcd dialer sidecar's image
-// (apiserver/etcddialer), tagged with etcddialer.Version: the tag moves
-// only when the dialer's code does, so that upgrading the operator rolls
-// no tenant for an unchanged sidecar. The operator's --etcd-dialer-image
-// overrides it.
-const DefaultEtcdDialerImage = "localhost/apiserver-operator/etcd-dialer:" + etcddialer.Version
+// (apiserver/etcddialer). The operator's --etcd-dialer-image overrides it.
+const DefaultEtcdDialerImage = "localhost/apiserver-operator/etcd-dialer:" + EtcdDialerVersion
 
 // EtcdDialerCommand is the dialer's executable in its image.
 const EtcdDialerCommand = "/etcd-dialer"

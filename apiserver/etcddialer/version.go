@@ -1,10 +1,10 @@
 package etcddialer
 
-// Version tags the dialer's image (apiserver.DefaultEtcdDialerImage). A tag
-// names one content for good, and pods whose sidecar did not change are
-// not rolled when the operator is upgraded: bump Version with every change
-// of the dialer's code, and set CodeHash to what TestVersionFollowsTheCode
-// prints.
+// Version tags the dialer's image (apiserver.EtcdDialerVersion repeats
+// it). A tag names one content for good, and pods whose sidecar did not
+// change are not rolled when the operator is upgraded: bump Version (and
+// apiserver.EtcdDialerVersion) with every change of the dialer's code, and
+// set CodeHash to what TestVersionFollowsTheCode prints.
 const Version = "v1"
 
 // CodeHash is the SHA-256 of the dialer's code when Version was set: its
