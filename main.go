@@ -37,6 +37,8 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/controllers/webhooks"
 )
 
 func main() {
@@ -135,7 +137,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"ValidatingWebhookConfiguration whose caBundle the manager keeps with self-managed certificates.")
 	fs.StringVar(&o.webhookHost, "webhook-bind-host", "", "Address the webhook server binds to; all addresses when empty.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
-	fs.StringVar(&o.nodePortRange, "management-node-port-range", controllers.DefaultManagementNodePortRange,
+	fs.StringVar(&o.nodePortRange, "management-node-port-range", webhooks.DefaultManagementNodePortRange,
 		"The management cluster's --service-node-port-range: admission refuses a spec.serving.service.nodePort outside it (no API tells it, and a dry run does not check it).")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+validatorpool.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
@@ -220,7 +222,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	mgrOpts := ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsOpts,
-		WebhookServer: controllers.DrainingServer{
+		WebhookServer: webhooks.DrainingServer{
 			Server:   webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir, TLSOpts: tlsOpts}),
 			Draining: stopping.Load,
 		},
@@ -252,7 +254,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		APIReader:               mgr.GetAPIReader(),
 		Scheme:                  mgr.GetScheme(),
 		Recorder:                mgr.GetEventRecorder("apiserver-operator"),
-		Etcd:                    controllers.EtcdV3{},
+		Etcd:                    tenantio.EtcdV3{},
 		ImageRepository:         o.imageRepository,
 		EtcdDialerImage:         o.etcdDialerImage,
 		MaxConcurrentReconciles: o.concurrency,
@@ -278,7 +280,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err != nil {
 			return fmt.Errorf("creating a client for the webhook certificates: %w", err)
 		}
-		certs := &controllers.WebhookCertificates{
+		certs := &webhooks.Certificates{
 			Client: direct, Clock: clock.RealClock{}, Namespace: namespace, ServiceName: o.webhookService,
 			SecretName: o.webhookSecret, WebhookConfiguration: o.webhookConfiguration, CertDir: o.webhookCertDir,
 		}
@@ -303,7 +305,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		// The tenants' pods run on the manager's pod network: their
 		// --advertise-address has the family of the manager's own IP.
 		judge := admission.Admission{Validator: validators, PodIP: os.Getenv("POD_IP")}
-		if err := controllers.SetupWebhookWithManager(mgr, judge, o.nodePortRange); err != nil {
+		if err := webhooks.SetupWithManager(mgr, judge, o.nodePortRange); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)
 		}
 		// Ready only once the webhook serves, or admission would fail; not

@@ -1,9 +1,13 @@
 package apiserver
 
 import (
+	"fmt"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
@@ -111,4 +115,18 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 // knows: the operator's objects' and those env.Referenced finds.
 func (o *Objects) PodFiles(c *Completed, referenced ObjectData) map[string][]byte {
 	return PodFiles(c, o.data(referenced))
+}
+
+// ApplyForm is obj as the operator server-side applies it: no status (the
+// cluster's to write) and no creation timestamps, which would claim
+// ownership of fields nobody sets.
+func ApplyForm(obj runtime.Object) (*unstructured.Unstructured, error) {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, fmt.Errorf("converting %T: %w", obj, err)
+	}
+	delete(u, "status")
+	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
+	return &unstructured.Unstructured{Object: u}, nil
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps;services,verbs=get;list;watch;create;update;patch;delete
@@ -73,7 +74,7 @@ type ApiServerConfigReconciler struct {
 	Clock     clock.PassiveClock
 	// Etcd checks and counts the tenants' etcd; nil skips both (tests of
 	// the rendering only).
-	Etcd EtcdClient
+	Etcd tenantio.Etcd
 	// ImageRepository overrides apiserver.DefaultImageRepository.
 	ImageRepository string
 	// EtcdDialerImage overrides apiserver.DefaultEtcdDialerImage.

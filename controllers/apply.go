@@ -10,7 +10,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,14 +48,10 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, obj client.Object
 		return fmt.Errorf("reading %T %s: %w", obj, obj.GetName(), err)
 	}
 
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	desired, err := apiserver.ApplyForm(obj)
 	if err != nil {
-		return fmt.Errorf("converting %T %s: %w", obj, obj.GetName(), err)
+		return err
 	}
-	delete(u, "status")
-	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
-	desired := &unstructured.Unstructured{Object: u}
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(apiserver.FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 	}

@@ -1,6 +1,9 @@
-// Package controllers holds the reconcile loops of the operator. They stay
-// thin: read the ApiServerConfig, call the pure functions of package
-// apiserver, apply the result with server-side apply and report status.
+// Package controllers holds the reconcile loop of the operator: a pass
+// observes, decides the key material and where each rotation stands,
+// renders every object with apiserver.Desired, applies each once with
+// server-side apply and reports status. What it talks to lives apart:
+// controllers/tenantio (a tenant's etcd and API) and controllers/webhooks
+// (the admission webhook and its certificates).
 //
 // The RBAC markers below are the permissions the manager needs; make
 // manifests turns them into config/rbac/role.yaml.

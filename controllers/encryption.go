@@ -3,13 +3,10 @@ package controllers
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +15,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // encryptionPass is the operator-managed encryption as a pass sees it: the
@@ -199,18 +197,18 @@ func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *
 	if err != nil {
 		return err
 	}
-	var tenant TenantAPI
-	var served map[schema.GroupResource]TenantResource
+	var api tenantio.API
+	var served map[schema.GroupResource]tenantio.Resource
 	others := map[schema.GroupResource]string{}
 	if needsDiscovery(catalog, e.keys) {
 		if hibernated {
 			e.progress = "the encrypted resources name resources only the tenant's discovery lists; the tenant is hibernated (masterCount 0): the proof waits until it wakes"
 			return nil
 		}
-		if tenant, err = r.tenants()(ctx, p); err != nil {
+		if api, err = r.tenants()(ctx, p); err != nil {
 			return err
 		}
-		if served, err = tenant.Resources(ctx); err != nil {
+		if served, err = api.Resources(ctx); err != nil {
 			return fmt.Errorf("proving the re-encryption needs every resource the tenant serves: %w", err)
 		}
 		for gr, res := range served {
@@ -243,18 +241,18 @@ func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *
 		e.progress = fmt.Sprintf("%d stored values still need re-encryption with %s; the tenant is hibernated (masterCount 0), it goes on when it wakes", total, e.keys.Current.Key.Name)
 		return nil
 	}
-	if tenant == nil {
-		if tenant, err = r.tenants()(ctx, p); err != nil {
+	if api == nil {
+		if api, err = r.tenants()(ctx, p); err != nil {
 			return err
 		}
 	}
 	if served == nil {
 		// A group whose discovery failed is enough to rewrite the others.
-		if served, err = tenant.Resources(ctx); len(served) == 0 {
+		if served, err = api.Resources(ctx); len(served) == 0 {
 			return fmt.Errorf("re-encrypting: the tenant's API lists no resource to rewrite: %w", err)
 		}
 	}
-	rewritten, failed := r.rewrite(ctx, p, tenant, served, stale)
+	rewritten, failed := rewrite(ctx, p, api, served, stale)
 	e.progress = fmt.Sprintf("re-encrypting with %s: %d stored values still carry an older key or none, %d rewritten in this pass", e.keys.Current.Key.Name, total-rewritten, rewritten)
 	if failed != nil {
 		e.progress += "; failed: " + failed.Error()
@@ -365,82 +363,12 @@ func rewritesPerSecond(e *v1alpha1.EncryptionSpec) int32 {
 	return apiserver.DefaultRewritesPerSecond
 }
 
-// rewriteWorkers is how many rewrites are in flight at once (the pace is
-// rewritesPerSecond over all of them).
-const rewriteWorkers = 4
-
 // rewrite writes the stale objects back through the tenant's API, paced,
-// for at most reencryptSlice. It returns how many it rewrote and the first
-// failures (a failure does not stop the others: the next pass retries).
-func (r *ApiServerConfigReconciler) rewrite(ctx context.Context, p *pass, tenant TenantAPI, served map[schema.GroupResource]TenantResource, stale []staleValue) (int, error) {
-	limiter := rate.NewLimiter(rate.Limit(rewritesPerSecond(p.c.Spec.Encryption)), rewriteWorkers)
-	ctx, cancel := context.WithTimeout(ctx, reencryptSlice)
-	defer cancel()
-	work := make(chan staleValue)
-	var (
-		mu        sync.Mutex
-		rewritten int
-		failures  []error
-		wg        sync.WaitGroup
-	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		failures = append(failures, err)
+// for at most reencryptSlice (see tenantio.RewriteAll).
+func rewrite(ctx context.Context, p *pass, api tenantio.API, served map[schema.GroupResource]tenantio.Resource, stale []staleValue) (int, error) {
+	stored := make([]tenantio.Stored, len(stale))
+	for i, v := range stale {
+		stored[i] = tenantio.Stored{Resources: v.area.Resources, KeyPrefix: v.area.KeyPrefix, Key: v.key}
 	}
-	for range rewriteWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := range work {
-				res, ok := servedResource(s.area, served)
-				if !ok {
-					fail(fmt.Errorf("%s: none of %v is served by the tenant's API", s.key, s.area.Resources))
-					continue
-				}
-				namespace, name := "", strings.TrimPrefix(s.key, s.area.KeyPrefix)
-				if res.Namespaced {
-					namespace, name, _ = strings.Cut(name, "/")
-				}
-				if err := tenant.Rewrite(ctx, res, namespace, name); err != nil {
-					if ctx.Err() == nil {
-						fail(fmt.Errorf("rewriting %s %s/%s: %w", res.GroupResource(), namespace, name, err))
-					}
-					continue
-				}
-				mu.Lock()
-				rewritten++
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, s := range stale {
-		if limiter.Wait(ctx) != nil {
-			break // the slice is over
-		}
-		work <- s
-	}
-	close(work)
-	wg.Wait()
-	if len(failures) > 3 {
-		failures = append(failures[:3], fmt.Errorf("and %d more", len(failures)-3))
-	}
-	msgs := make([]string, len(failures))
-	for i, f := range failures {
-		msgs[i] = f.Error()
-	}
-	if len(msgs) == 0 {
-		return rewritten, nil
-	}
-	return rewritten, errors.New(strings.Join(msgs, "; "))
-}
-
-// servedResource is the first of the area's resources the tenant serves.
-func servedResource(a *apiserver.EncryptedArea, served map[schema.GroupResource]TenantResource) (TenantResource, bool) {
-	for _, gr := range a.Resources {
-		if res, ok := served[gr]; ok {
-			return res, true
-		}
-	}
-	return TenantResource{}, false
+	return tenantio.RewriteAll(ctx, api, served, stored, rewritesPerSecond(p.c.Spec.Encryption), reencryptSlice)
 }

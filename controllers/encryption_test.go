@@ -20,18 +20,19 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // testTenants are the tenants' APIs as the controller tests provide them,
 // by ApiServerConfig (envtest runs no tenant).
 var testTenants sync.Map
 
-func connectTestTenant(_ context.Context, p *pass) (TenantAPI, error) {
+func connectTestTenant(_ context.Context, p *pass) (tenantio.API, error) {
 	t, ok := testTenants.Load(client.ObjectKeyFromObject(p.cfg))
 	if !ok {
 		return nil, fmt.Errorf("no tenant API for %s in this test", client.ObjectKeyFromObject(p.cfg))
 	}
-	return t.(TenantAPI), nil
+	return t.(tenantio.API), nil
 }
 
 // fakeTenant stands for a tenant's kube-apiserver in etcd: a rewrite stores
@@ -47,8 +48,8 @@ type fakeTenant struct {
 	rewrites atomic.Int64
 }
 
-func (f *fakeTenant) Resources(context.Context) (map[schema.GroupResource]TenantResource, error) {
-	return map[schema.GroupResource]TenantResource{
+func (f *fakeTenant) Resources(context.Context) (map[schema.GroupResource]tenantio.Resource, error) {
+	return map[schema.GroupResource]tenantio.Resource{
 		{Resource: "secrets"}:    {GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, Namespaced: true},
 		{Resource: "configmaps"}: {GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespaced: true},
 	}, nil
@@ -57,7 +58,7 @@ func (f *fakeTenant) Resources(context.Context) (map[schema.GroupResource]Tenant
 // Metrics: the fake tenant's apiservers saw no request.
 func (f *fakeTenant) Metrics(context.Context, string) ([]byte, error) { return nil, nil }
 
-func (f *fakeTenant) Rewrite(ctx context.Context, r TenantResource, namespace, name string) error {
+func (f *fakeTenant) Rewrite(ctx context.Context, r tenantio.Resource, namespace, name string) error {
 	s := &corev1.Secret{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.cfg.Namespace, Name: apiserver.EncryptionSecretName(f.cfg.Name)}, s); err != nil {
 		return err

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -11,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // DefaultEtcdWatchInterval is how often every etcd server the tenants use
@@ -83,16 +82,17 @@ type etcdServer struct {
 	tlsID    string
 }
 
-// etcdProber asks one etcd server for its status.
+// etcdProber asks one etcd server for its status (tenantio.Connections,
+// or checkProber).
 type etcdProber interface {
-	probe(ctx context.Context, endpoint string, tlsConfig *tls.Config, tlsID string) error
-	close()
+	Probe(ctx context.Context, endpoint string, tlsConfig *tls.Config, tlsID string) error
+	Close()
 }
 
-func newEtcdWatch(client EtcdClient, interval time.Duration) *etcdWatch {
+func newEtcdWatch(client tenantio.Etcd, interval time.Duration) *etcdWatch {
 	var p etcdProber = checkProber{client}
-	if v3, ok := client.(EtcdV3); ok {
-		p = newEtcdConnections(v3, etcdConnectionsKept)
+	if v3, ok := client.(tenantio.EtcdV3); ok {
+		p = tenantio.NewConnections(v3, etcdConnectionsKept)
 	}
 	return &etcdWatch{
 		probe:    p,
@@ -130,7 +130,7 @@ func (w *etcdWatch) NeedLeaderElection() bool { return true }
 // time after a random part of the interval, so that operators started
 // together do not look together.
 func (w *etcdWatch) Start(ctx context.Context) error {
-	defer w.probe.close()
+	defer w.probe.Close()
 	next := time.Now().Add(rand.N(w.interval)) //nolint:gosec // G404: a jitter, not a secret
 	for {
 		select {
@@ -175,7 +175,7 @@ func (w *etcdWatch) lookOnce(ctx context.Context) {
 		}
 		etcdWatchLooks.Inc()
 		g.Go(func() error {
-			if err := w.probe.probe(gctx, s.endpoint, tlsConfig, s.tlsID); err != nil {
+			if err := w.probe.Probe(gctx, s.endpoint, tlsConfig, s.tlsID); err != nil {
 				mu.Lock()
 				failed[s] = err
 				mu.Unlock()
@@ -192,7 +192,7 @@ func (w *etcdWatch) lookOnce(ctx context.Context) {
 		unreachable := ""
 		for _, ep := range t.endpoints {
 			if err, ok := failed[etcdServer{ep, t.tlsID}]; ok {
-				unreachable = unreachableEndpoint(err)
+				unreachable = tenantio.UnreachableEndpoint(err)
 				break
 			}
 		}
@@ -237,117 +237,11 @@ func tlsIdentity(parts ...[]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// checkProber asks through an EtcdClient's Check, a connection per look.
-type checkProber struct{ client EtcdClient }
+// checkProber asks through an tenantio.Etcd's Check, a connection per look.
+type checkProber struct{ client tenantio.Etcd }
 
-func (c checkProber) probe(ctx context.Context, endpoint string, tlsConfig *tls.Config, _ string) error {
+func (c checkProber) Probe(ctx context.Context, endpoint string, tlsConfig *tls.Config, _ string) error {
 	return c.client.Check(ctx, []string{endpoint}, tlsConfig)
 }
 
-func (checkProber) close() {}
-
-// etcdConnections asks over connections kept from one look to the next,
-// one per server, at most max of them (the least recently used closed
-// first).
-type etcdConnections struct {
-	etcd EtcdV3
-	max  int
-
-	mu    sync.Mutex
-	lru   *list.List // of *etcdConnection, most recently used first
-	conns map[etcdServer]*list.Element
-}
-
-type etcdConnection struct {
-	server etcdServer
-	client *clientv3.Client
-	// inUse counts the looks under way: a connection in use is not closed.
-	inUse int
-	// dropped is set once the connection is forgotten: the last look
-	// that uses it closes it.
-	dropped bool
-}
-
-func newEtcdConnections(etcd EtcdV3, kept int) *etcdConnections {
-	return &etcdConnections{etcd: etcd, max: kept, lru: list.New(), conns: map[etcdServer]*list.Element{}}
-}
-
-func (c *etcdConnections) probe(ctx context.Context, endpoint string, tlsConfig *tls.Config, tlsID string) error {
-	conn, err := c.acquire(etcdServer{endpoint, tlsID}, tlsConfig)
-	if err != nil {
-		return &etcdUnreachable{endpoint: endpoint, err: err}
-	}
-	reqCtx, cancel := context.WithTimeout(ctx, c.etcd.timeout())
-	_, err = conn.client.Status(reqCtx, endpoint)
-	cancel()
-	// A connection that failed is not kept: the next look dials afresh
-	// rather than wait out gRPC's growing reconnection backoff.
-	c.release(conn, err != nil)
-	if err != nil {
-		return &etcdUnreachable{endpoint: endpoint, err: err}
-	}
-	return nil
-}
-
-func (c *etcdConnections) acquire(s etcdServer, tlsConfig *tls.Config) (*etcdConnection, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.conns[s]; ok {
-		c.lru.MoveToFront(e)
-		conn := e.Value.(*etcdConnection)
-		conn.inUse++
-		return conn, nil
-	}
-	cli, err := c.etcd.client([]string{s.endpoint}, tlsConfig)
-	if err != nil {
-		return nil, err
-	}
-	conn := &etcdConnection{server: s, client: cli, inUse: 1}
-	c.conns[s] = c.lru.PushFront(conn)
-	for e := c.lru.Back(); e != nil && c.lru.Len() > c.max; {
-		prev := e.Prev()
-		if old := e.Value.(*etcdConnection); old.inUse == 0 {
-			old.dropped = true
-			_ = old.client.Close()
-			delete(c.conns, old.server)
-			c.lru.Remove(e)
-		}
-		e = prev
-	}
-	return conn, nil
-}
-
-// release ends a look; drop closes the connection (once no other look
-// uses it) and forgets it.
-func (c *etcdConnections) release(conn *etcdConnection, drop bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	conn.inUse--
-	if drop {
-		conn.dropped = true
-		if e, ok := c.conns[conn.server]; ok && e.Value.(*etcdConnection) == conn {
-			delete(c.conns, conn.server)
-			c.lru.Remove(e)
-		}
-	}
-	if conn.dropped && conn.inUse == 0 {
-		_ = conn.client.Close()
-	}
-}
-
-// open is how many connections are kept.
-func (c *etcdConnections) open() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lru.Len()
-}
-
-func (c *etcdConnections) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for e := c.lru.Front(); e != nil; e = e.Next() {
-		_ = e.Value.(*etcdConnection).client.Close()
-	}
-	c.lru.Init()
-	c.conns = map[etcdServer]*list.Element{}
-}
+func (checkProber) Close() {}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
 
@@ -131,17 +132,17 @@ type countingProber struct {
 	down  map[string]bool
 }
 
-func (c *countingProber) probe(_ context.Context, endpoint string, _ *tls.Config, tlsID string) error {
+func (c *countingProber) Probe(_ context.Context, endpoint string, _ *tls.Config, tlsID string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.looks[etcdServer{endpoint, tlsID}]++
 	if c.down[endpoint] {
-		return &etcdUnreachable{endpoint: endpoint, err: errors.New("connection refused")}
+		return &tenantio.Unreachable{Endpoint: endpoint, Err: errors.New("connection refused")}
 	}
 	return nil
 }
 
-func (c *countingProber) close() {}
+func (c *countingProber) Close() {}
 
 // The watch's cost follows the etcd servers, not the tenants: 10 000
 // tenants on three servers (one of them used with two client identities)
@@ -198,28 +199,36 @@ func TestEtcdWatch_CostFollowsServersNotTenants(t *testing.T) {
 }
 
 // The kept connections: one per server across rounds against a real etcd,
-// at most the bound, and none left open once the watch stops.
+// at most the bound, a failed one not kept, and none left open once the
+// watch stops.
 func TestEtcdConnections_KeptAndBounded(t *testing.T) {
-	conns := newEtcdConnections(EtcdV3{Timeout: 2 * time.Second}, 2)
 	endpoint := env.ControlPlane.Etcd.URL.String()
-	for range 3 {
+	probeAll := func(conns *tenantio.Connections) {
+		t.Helper()
 		for _, id := range []string{"a", "b", "c"} {
-			if err := conns.probe(context.Background(), endpoint, nil, id); err != nil {
+			if err := conns.Probe(context.Background(), endpoint, nil, id); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if got := conns.open(); got != 2 {
+	}
+	bounded := tenantio.NewConnections(tenantio.EtcdV3{Timeout: 2 * time.Second}, 2)
+	for range 3 {
+		probeAll(bounded)
+		if got := bounded.Open(); got != 2 {
 			t.Fatalf("%d connections kept, want the bound 2", got)
 		}
 	}
-	if err := conns.probe(context.Background(), "http://127.0.0.1:1", nil, ""); err == nil {
+	bounded.Close()
+	if got := bounded.Open(); got != 0 {
+		t.Fatalf("%d connections open after close", got)
+	}
+	roomy := tenantio.NewConnections(tenantio.EtcdV3{Timeout: 2 * time.Second}, 4)
+	defer roomy.Close()
+	probeAll(roomy)
+	if err := roomy.Probe(context.Background(), "http://127.0.0.1:1", nil, ""); err == nil {
 		t.Fatal("a server nothing listens on answered")
 	}
-	if _, kept := conns.conns[etcdServer{"http://127.0.0.1:1", ""}]; kept || conns.open() > 2 {
-		t.Fatalf("a failed connection was kept (%d open)", conns.open())
-	}
-	conns.close()
-	if got := conns.open(); got != 0 {
-		t.Fatalf("%d connections open after close", got)
+	if got := roomy.Open(); got != 3 {
+		t.Fatalf("%d connections kept after a failed look, want the 3 that answered", got)
 	}
 }

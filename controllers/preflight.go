@@ -83,7 +83,7 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 		r.removedAPIs.forget(key)
 		return nil
 	}
-	tenant, err := r.tenants()(ctx, p)
+	api, err := r.tenants()(ctx, p)
 	if err != nil {
 		return fmt.Errorf("reading the running apiservers' metrics before the upgrade to %s: %w", target, err)
 	}
@@ -93,7 +93,7 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 		if pod.Status.PodIP == "" || !podReady(&pod) {
 			continue
 		}
-		data, err := tenant.Metrics(ctx, pod.Status.PodIP)
+		data, err := api.Metrics(ctx, pod.Status.PodIP)
 		if err != nil {
 			return fmt.Errorf("reading the metrics of apiserver %s before the upgrade to %s (the upgrade waits for them; annotate the object with %s=%s to upgrade without them): %w",
 				pod.Name, target, apiserver.AllowRemovedAPICallsAnnotation, target, err)

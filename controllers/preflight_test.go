@@ -20,6 +20,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // callingTenant is a tenant whose clients call an API that release
@@ -32,11 +33,11 @@ type callingTenant struct {
 	reads    atomic.Int64
 }
 
-func (f *callingTenant) Resources(context.Context) (map[schema.GroupResource]TenantResource, error) {
-	return map[schema.GroupResource]TenantResource{}, nil
+func (f *callingTenant) Resources(context.Context) (map[schema.GroupResource]tenantio.Resource, error) {
+	return map[schema.GroupResource]tenantio.Resource{}, nil
 }
 
-func (f *callingTenant) Rewrite(context.Context, TenantResource, string, string) error { return nil }
+func (f *callingTenant) Rewrite(context.Context, tenantio.Resource, string, string) error { return nil }
 
 func (f *callingTenant) Metrics(context.Context, string) ([]byte, error) {
 	f.reads.Add(1)

@@ -5,15 +5,24 @@
 package envtest
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"testing"
+	"time"
 
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
@@ -132,4 +141,52 @@ func Start(opts ...Option) (*Environment, error) {
 func (e *Environment) Stop() error {
 	_ = os.Remove(e.KubeconfigPath)
 	return e.Environment.Stop()
+}
+
+// WebhookServer serves webhooks where the environment's webhook
+// configuration (WithWebhooks) sends kube-apiserver.
+func (e *Environment) WebhookServer() webhook.Server {
+	wh := e.WebhookInstallOptions
+	return webhook.NewServer(webhook.Options{Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir})
+}
+
+// WaitForWebhookServer waits, bounded, until the webhook server accepts
+// TLS connections with the certificate the environment issued for it.
+func (e *Environment) WaitForWebhookServer() error {
+	wh := e.WebhookInstallOptions
+	addr := net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort))
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(wh.LocalServingCAData) {
+		return errors.New("envtest gave no CA for the webhook server")
+	}
+	probe := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	var dialErr error
+	for range 100 {
+		var conn *tls.Conn
+		conn, dialErr = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, probe)
+		if dialErr == nil {
+			_ = conn.Close() // a probe: the handshake was the point
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("the webhook server did not start on %s: %w", addr, dialErr)
+}
+
+// RunManager starts mgr, waits until it serves the environment's webhooks,
+// runs the tests and stops mgr: a package's TestMain in one call.
+func (e *Environment) RunManager(m *testing.M, mgr manager.Manager) (int, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	if err := e.WaitForWebhookServer(); err != nil {
+		return 0, err
+	}
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return code, fmt.Errorf("running the manager: %w", err)
+	}
+	return code, nil
 }

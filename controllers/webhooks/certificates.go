@@ -1,4 +1,4 @@
-package controllers
+package webhooks
 
 import (
 	"bytes"
@@ -20,13 +20,13 @@ import (
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;patch
 
-// WebhookCertificates keeps the admission webhook's serving certificate
+// Certificates keeps the admission webhook's serving certificate
 // without cert-manager: a CA and a certificate for the webhook Service in a
 // Secret of the operator's namespace (shared by every replica), the files
 // in the webhook server's certificate directory, and the CA in the
 // caBundle of the ValidatingWebhookConfiguration. The certificate is
 // renewed at 80% of its validity; the webhook server reloads the files.
-type WebhookCertificates struct {
+type Certificates struct {
 	// Client must read without a cache: this runs before the manager's
 	// caches start.
 	Client client.Client
@@ -53,7 +53,7 @@ const (
 
 // Ensure makes the Secret, the files and the caBundle current, and returns
 // when the certificate is due for renewal.
-func (w *WebhookCertificates) Ensure(ctx context.Context) (time.Time, error) {
+func (w *Certificates) Ensure(ctx context.Context) (time.Time, error) {
 	now := w.Clock.Now()
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: w.Namespace, Name: w.SecretName}
@@ -124,7 +124,7 @@ func (w *WebhookCertificates) Ensure(ctx context.Context) (time.Time, error) {
 
 // writeFiles writes tls.crt and tls.key for the webhook server, atomically,
 // and only when they differ.
-func (w *WebhookCertificates) writeFiles(secret *corev1.Secret) error {
+func (w *Certificates) writeFiles(secret *corev1.Secret) error {
 	if err := os.MkdirAll(w.CertDir, 0o700); err != nil {
 		return fmt.Errorf("creating the webhook certificate directory %s: %w", w.CertDir, err)
 	}
@@ -152,7 +152,7 @@ func (w *WebhookCertificates) writeFiles(secret *corev1.Secret) error {
 }
 
 // patchCABundle sets the CA in every webhook of the configuration.
-func (w *WebhookCertificates) patchCABundle(ctx context.Context, ca []byte) error {
+func (w *Certificates) patchCABundle(ctx context.Context, ca []byte) error {
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := w.Client.Get(ctx, client.ObjectKey{Name: w.WebhookConfiguration}, cfg); err != nil {
 		return fmt.Errorf("reading ValidatingWebhookConfiguration %s (install config/default, or run with --webhooks=false): %w", w.WebhookConfiguration, err)
@@ -175,7 +175,7 @@ func (w *WebhookCertificates) patchCABundle(ctx context.Context, ca []byte) erro
 }
 
 // Start keeps the certificates current until ctx ends (a manager Runnable).
-func (w *WebhookCertificates) Start(ctx context.Context) error {
+func (w *Certificates) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("webhook-certificates")
 	for {
 		renewAt, err := w.Ensure(ctx)
@@ -196,4 +196,4 @@ func (w *WebhookCertificates) Start(ctx context.Context) error {
 
 // NeedLeaderElection is false: every replica serves the webhook and needs
 // the files.
-func (w *WebhookCertificates) NeedLeaderElection() bool { return false }
+func (w *Certificates) NeedLeaderElection() bool { return false }

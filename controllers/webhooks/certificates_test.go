@@ -1,4 +1,4 @@
-package controllers
+package webhooks
 
 import (
 	"bytes"
@@ -12,14 +12,19 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	certutil "k8s.io/client-go/util/cert"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-func TestWebhookCertificates_IssuesPublishesAndRenews(t *testing.T) {
+func TestCertificates_IssuesPublishesAndRenews(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "certs-"}}
+	if err := env.Client.Create(ctx, namespace); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace.Name
 	// A configuration shaped like config/webhook's, that matches no object,
 	// so that it cannot disturb the other tests.
 	none := admissionregistrationv1.SideEffectClassNone
@@ -41,7 +46,7 @@ func TestWebhookCertificates_IssuesPublishesAndRenews(t *testing.T) {
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, cfg) })
 
 	clock := clocktesting.NewFakePassiveClock(time.Now())
-	w := &WebhookCertificates{Client: env.Client, Clock: clock, Namespace: ns, ServiceName: "webhook-service",
+	w := &Certificates{Client: env.Client, Clock: clock, Namespace: ns, ServiceName: "webhook-service",
 		SecretName: "webhook-cert", WebhookConfiguration: cfg.Name, CertDir: t.TempDir()}
 	renewAt, err := w.Ensure(ctx)
 	if err != nil {
@@ -62,7 +67,11 @@ func TestWebhookCertificates_IssuesPublishesAndRenews(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the webhook server's certificate file: %v", err)
 		}
-		cert := parseCert(t, certPEM)
+		certs, err := certutil.ParseCertsPEM(certPEM)
+		if err != nil {
+			t.Fatalf("the webhook server's certificate file: %v", err)
+		}
+		cert := certs[0]
 		// What kube-apiserver does when it calls the webhook Service.
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "webhook-service." + ns + ".svc", CurrentTime: clock.Now()}); err != nil {
 			t.Fatalf("the webhook certificate does not verify as the Service name: %v", err)
@@ -72,11 +81,11 @@ func TestWebhookCertificates_IssuesPublishesAndRenews(t *testing.T) {
 	first, bundle := check()
 
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "webhook-cert"}}
-	rv := get(t, secret).ResourceVersion
+	rv := read(t, secret).ResourceVersion
 	if _, err := w.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if get(t, secret).ResourceVersion != rv {
+	if read(t, secret).ResourceVersion != rv {
 		t.Fatal("a second pass rewrote current certificates")
 	}
 
@@ -91,4 +100,13 @@ func TestWebhookCertificates_IssuesPublishesAndRenews(t *testing.T) {
 	if !bytes.Equal(bundleAfter, bundle) {
 		t.Fatal("renewing the certificate changed the CA")
 	}
+}
+
+// read reads obj again.
+func read[T client.Object](t *testing.T, obj T) T {
+	t.Helper()
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatalf("reading %T %s: %v", obj, obj.GetName(), err)
+	}
+	return obj
 }

@@ -1,4 +1,4 @@
-package controllers
+package webhooks
 
 import (
 	"cmp"
@@ -43,11 +43,11 @@ var _ admission.Validator[*v1alpha1.ApiServerConfig] = ApiServerConfigValidator{
 // than kube-apiserver's timeout.
 const webhookBudget = 8 * time.Second
 
-// SetupWebhookWithManager serves the validator from the manager's webhook
+// SetupWithManager serves the validator from the manager's webhook
 // server; it dry-runs the tenants' objects with the manager's client.
 // nodePorts is the management cluster's --service-node-port-range
 // (DefaultManagementNodePortRange when empty).
-func SetupWebhookWithManager(mgr ctrl.Manager, a apiadmission.Admission, nodePorts string) error {
+func SetupWithManager(mgr ctrl.Manager, a apiadmission.Admission, nodePorts string) error {
 	ports, err := utilnet.ParsePortRange(cmp.Or(nodePorts, DefaultManagementNodePortRange))
 	if err != nil {
 		return fmt.Errorf("reading the management cluster's node port range %q: %w", nodePorts, err)

@@ -1,4 +1,4 @@
-package controllers
+package webhooks
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -138,14 +136,11 @@ func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig,
 // dryRunApply server-side applies obj as the controller would, without
 // storing it.
 func dryRunApply(ctx context.Context, c client.Client, obj client.Object) error {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	u, err := apiserver.ApplyForm(obj)
 	if err != nil {
-		return fmt.Errorf("converting %T %s: %w", obj, obj.GetName(), err)
+		return err
 	}
-	delete(u, "status")
-	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
-	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}),
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
 		client.FieldOwner(apiserver.FieldOwner), client.ForceOwnership, client.DryRunAll)
 }
 

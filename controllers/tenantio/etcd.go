@@ -1,0 +1,153 @@
+// Package tenantio is the operator's I/O with a tenant: its etcd servers
+// (checks, counts, scans) and its own API (discovery, rewrites, the
+// apiservers' metrics). The controllers decide; this package only talks,
+// behind interfaces that step tests replace with fakes.
+package tenantio
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Etcd talks to a tenant's etcd servers.
+type Etcd interface {
+	// Check asks every endpoint for its status; the error names the first
+	// one that does not answer.
+	Check(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error
+	// Count returns how many keys each prefix holds, with count-only reads.
+	Count(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefixes ...string) ([]int64, error)
+	// Scan calls fn with every key and value under prefix, as one
+	// consistent snapshot read page by page.
+	Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string, fn func(key, value []byte)) error
+}
+
+// EtcdV3 is the Etcd of go.etcd.io/etcd/client/v3.
+type EtcdV3 struct {
+	// Timeout bounds each dial and each request.
+	Timeout time.Duration
+}
+
+// RequestTimeout bounds each dial and each request: Timeout, or 5 s.
+func (e EtcdV3) RequestTimeout() time.Duration {
+	if e.Timeout == 0 {
+		return 5 * time.Second
+	}
+	return e.Timeout
+}
+
+// Client opens a client of endpoints; the caller closes it.
+func (e EtcdV3) Client(endpoints []string, tlsConfig *tls.Config) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		TLS:         tlsConfig,
+		DialTimeout: e.RequestTimeout(),
+		// The client's own logger would print every failed dial.
+		Logger: zap.NewNop(),
+	})
+}
+
+// Check implements Etcd.
+func (e EtcdV3) Check(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error {
+	for _, ep := range endpoints {
+		cli, err := e.Client([]string{ep}, tlsConfig)
+		if err != nil {
+			return fmt.Errorf("connecting to etcd %s: %w", ep, err)
+		}
+		reqCtx, cancel := context.WithTimeout(ctx, e.RequestTimeout())
+		_, err = cli.Status(reqCtx, ep)
+		cancel()
+		_ = cli.Close()
+		if err != nil {
+			return &Unreachable{Endpoint: ep, Err: err}
+		}
+	}
+	return nil
+}
+
+// Unreachable is the error of Check: the first endpoint that did not
+// answer.
+type Unreachable struct {
+	Endpoint string
+	Err      error
+}
+
+func (e *Unreachable) Error() string {
+	return fmt.Sprintf("etcd %s did not answer: %v", e.Endpoint, e.Err)
+}
+func (e *Unreachable) Unwrap() error { return e.Err }
+
+// UnreachableEndpoint is the endpoint err names: "" for no error, the whole
+// message for an error of another kind.
+func UnreachableEndpoint(err error) string {
+	var u *Unreachable
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &u):
+		return u.Endpoint
+	default:
+		return err.Error()
+	}
+}
+
+// Count implements Etcd.
+func (e EtcdV3) Count(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefixes ...string) ([]int64, error) {
+	cli, err := e.Client(endpoints, tlsConfig)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+	}
+	defer func() { _ = cli.Close() }()
+	counts := make([]int64, len(prefixes))
+	for i, p := range prefixes {
+		reqCtx, cancel := context.WithTimeout(ctx, e.RequestTimeout())
+		resp, err := cli.Get(reqCtx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("counting keys under %s in etcd %v: %w", p, endpoints, err)
+		}
+		counts[i] = resp.Count
+	}
+	return counts, nil
+}
+
+// scanPage is how many keys a Scan reads at once.
+const scanPage = 500
+
+// Scan implements Etcd: linearizable pages, all at the revision of
+// the first one.
+func (e EtcdV3) Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string, fn func(key, value []byte)) error {
+	cli, err := e.Client(endpoints, tlsConfig)
+	if err != nil {
+		return fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+	}
+	defer func() { _ = cli.Close() }()
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	from := prefix
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(scanPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		reqCtx, cancel := context.WithTimeout(ctx, e.RequestTimeout())
+		resp, err := cli.Get(reqCtx, from, opts...)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("reading the keys under %s in etcd %v: %w", prefix, endpoints, err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			fn(kv.Key, kv.Value)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
