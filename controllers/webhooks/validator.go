@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -78,9 +79,12 @@ func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alph
 	ctx, cancel := context.WithTimeout(ctx, webhookBudget)
 	defer cancel()
 	errs, warnings := v.Admission.Admit(ctx, old, obj)
-	if len(errs) == 0 && v.Client != nil {
-		// Only a spec kube-apiserver takes costs the management cluster
-		// a request.
+	if len(errs) == 0 && v.Client != nil && obj.DeletionTimestamp.IsZero() && (old == nil || !apiequality.Semantic.DeepEqual(old.Spec, obj.Spec)) {
+		// Only a new spec that kube-apiserver takes costs the management
+		// cluster a request. A change of metadata alone (the finalizer's
+		// removal, a label, a rotation's annotation) is not judged by it
+		// again: a node port another Service took since, a namespace
+		// being deleted, must not hold a deletion or a rotation.
 		var dryRunWarnings []string
 		errs, dryRunWarnings = DryRun(ctx, v.Client, obj, v.NodePorts)
 		warnings = append(warnings, dryRunWarnings...)

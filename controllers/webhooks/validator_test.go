@@ -217,3 +217,47 @@ func TestApiServerConfigValidator_RefusesWhatTheManagementClusterWouldRefuse(t *
 		t.Fatalf("a free node port was refused: %v", err)
 	}
 }
+
+// What the management cluster refuses is judged again only with a new
+// spec: a change of metadata alone (a rotation's annotation, the
+// finalizer's removal during deletion) goes through even when the
+// management cluster would now refuse the tenant's objects.
+func TestApiServerConfigValidator_MetadataAloneIsNotJudgedByTheManagementCluster(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "dryrun-"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	cfg := newConfig(ns.Name, "tenant", func(s *v1alpha1.ApiServerConfigSpec) {
+		s.Serving.Service.Type = corev1.ServiceTypeNodePort
+		s.Serving.Service.NodePort = ptr.To[int32](31300)
+	})
+	cfg.Finalizers = []string{"example.dev/hold"}
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// Another Service takes the tenant's node port meanwhile.
+	holder := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "holder"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "x"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80), NodePort: 31300}}},
+	}
+	if err := env.Client.Create(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	annotate := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+v1alpha1.RotateCAAnnotation+`":"1"}}}`))
+	if err := env.Client.Patch(ctx, cfg, annotate); err != nil {
+		t.Fatalf("a rotation's annotation was refused: %v", err)
+	}
+	respec := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"masterCount":2}}`))
+	if err := env.Client.Patch(ctx, cfg, respec); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "provided port is already allocated") {
+		t.Fatalf("a new spec whose node port is taken: want it refused, got %v", err)
+	}
+	if err := env.Client.Delete(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	release := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+	if err := env.Client.Patch(ctx, cfg, release); err != nil {
+		t.Fatalf("removing the finalizer of a deleted tenant was refused: %v", err)
+	}
+}
