@@ -87,7 +87,7 @@ const DefaultManagementNodePortRange = "30000-32767"
 // (k8s.io/kubernetes' portallocator checks only that it is free when it
 // does not allocate), and no API tells the range: nodePorts, the
 // management cluster's --service-node-port-range, is checked here.
-func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig, nodePorts *utilnet.PortRange) (field.ErrorList, []string) {
+func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig, created bool, nodePorts *utilnet.PortRange) (field.ErrorList, []string) {
 	if s := cfg.Spec.Serving.Service; s.NodePort != nil && nodePorts != nil && s.Type != corev1.ServiceTypeClusterIP && !nodePorts.Contains(int(*s.NodePort)) {
 		return field.ErrorList{field.Invalid(serviceSpec.Child("nodePort"), *s.NodePort, fmt.Sprintf(
 			"the management cluster's node ports are %s (its --service-node-port-range, as the operator's --management-node-port-range says): choose one of them, or leave nodePort out to have one allocated", nodePorts))}, nil
@@ -112,7 +112,7 @@ func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig,
 	g, gctx := errgroup.WithContext(ctx)
 	for i, obj := range asked {
 		g.Go(func() error {
-			results[i] = dryRunApply(gctx, c, obj)
+			results[i] = dryRunWrite(gctx, c, obj, created)
 			return nil
 		})
 	}
@@ -133,9 +133,17 @@ func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig,
 	return errs, warnings
 }
 
-// dryRunApply server-side applies obj as the controller would, without
-// storing it.
-func dryRunApply(ctx context.Context, c client.Client, obj client.Object) error {
+// dryRunWrite writes obj as the controller would, without storing it: a
+// create for a new tenant's (cheaper for the management cluster than an
+// apply, which computes the fields' owners), a server-side apply for an
+// object that exists.
+func dryRunWrite(ctx context.Context, c client.Client, obj client.Object, created bool) error {
+	if created {
+		err := c.Create(ctx, obj.DeepCopyObject().(client.Object), client.DryRunAll, client.FieldOwner(apiserver.FieldOwner))
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
 	u, err := apiserver.ApplyForm(obj)
 	if err != nil {
 		return err

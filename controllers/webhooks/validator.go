@@ -86,7 +86,7 @@ func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alph
 		// again: a node port another Service took since, a namespace
 		// being deleted, must not hold a deletion or a rotation.
 		var dryRunWarnings []string
-		errs, dryRunWarnings = DryRun(ctx, v.Client, obj, v.NodePorts)
+		errs, dryRunWarnings = DryRun(ctx, v.Client, obj, old == nil, v.NodePorts)
 		warnings = append(warnings, dryRunWarnings...)
 	}
 	for _, e := range errs {
