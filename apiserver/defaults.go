@@ -23,7 +23,7 @@ func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
 	if spec.EndpointReconcilerType == "" {
 		spec.EndpointReconcilerType = v1alpha1.EndpointReconcilerLease
 	}
-	setString(&spec.Etcd.Prefix, "/registry")
+	setString(&spec.Etcd.Prefix, DefaultEtcdPrefix)
 	if tls := spec.Etcd.TLS; tls != nil {
 		setString(&tls.CAKey, "ca.crt")
 		setString(&tls.CertKey, "tls.crt")

@@ -17,11 +17,13 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
-// apply server-side applies obj, as apiserver.Desired built it (its owner
-// included), with the operator's field owner. It writes nothing when the
-// object already holds what was last applied and nobody changed it since.
-// Either way obj ends up as the cluster holds it.
-func (r *ApiServerConfigReconciler) apply(ctx context.Context, obj client.Object) error {
+// apply server-side applies obj, one of cfg's objects as apiserver.Desired
+// built it (its owner included), with the operator's field owner. An
+// object of that name that is not cfg's own is left as it is (see claim).
+// It writes nothing when the object already holds what was last applied
+// and nobody changed it since. Either way obj ends up as the cluster holds
+// it.
+func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
 	hash, err := objectHash(obj)
 	if err != nil {
 		return err
@@ -38,13 +40,24 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, obj client.Object
 	if !ok {
 		return fmt.Errorf("copying %T", obj)
 	}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing); err == nil {
+	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing); {
+	case err == nil:
+		if err := r.claim(cfg, existing); err != nil {
+			return err
+		}
 		last, seen := r.applied.Load(key)
 		if existing.GetAnnotations()[appliedHashAnnotation] == hash && seen && last == existing.GetResourceVersion() {
 			// obj becomes what the cluster holds, status included.
 			return r.Scheme.Convert(existing, obj, nil)
 		}
-	} else if !apierrors.IsNotFound(err) {
+	case apierrors.IsNotFound(err):
+		// The apply would create the object, or take over one the cache
+		// has not seen yet (created a moment ago): the API server says
+		// which, and whose it is.
+		if err := r.claimLive(ctx, cfg, obj); err != nil {
+			return err
+		}
+	default:
 		return fmt.Errorf("reading %T %s: %w", obj, obj.GetName(), err)
 	}
 
@@ -68,22 +81,30 @@ func appliedKey(obj client.Object) string {
 	return fmt.Sprintf("%T/%s/%s", obj, obj.GetNamespace(), obj.GetName())
 }
 
-// ownSecrets reads the Secrets the operator writes (CAs, keys, certificates,
-// encryption keys) from the cache, unless the cache has not caught up with
-// the operator's last write of one: then from the API server. A pass that
-// trusted a lagging cache would find a CA or an encryption key missing or
-// old and issue another, replacing the one in use.
-type ownSecrets struct{ r *ApiServerConfigReconciler }
+// ownSecrets reads the Secrets the operator writes for cfg (CAs, keys,
+// certificates, encryption keys) from the cache, unless the cache has not
+// caught up with the operator's last write of one: then from the API
+// server. A pass that trusted a lagging cache would find a CA or an
+// encryption key missing or old and issue another, replacing the one in
+// use. A Secret of such a name that is not cfg's own is never read as key
+// material: Get fails (see claim).
+type ownSecrets struct {
+	r   *ApiServerConfigReconciler
+	cfg *v1alpha1.ApiServerConfig
+}
 
 func (o ownSecrets) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	err := o.r.Client.Get(ctx, key, obj, opts...)
 	obj.SetNamespace(key.Namespace)
 	obj.SetName(key.Name)
 	last, written := o.r.applied.Load(appliedKey(obj))
-	if !written || (err == nil && obj.GetResourceVersion() == last) {
+	if written && (err != nil || obj.GetResourceVersion() != last) {
+		err = o.r.APIReader.Get(ctx, key, obj, opts...)
+	}
+	if err != nil {
 		return err
 	}
-	return o.r.APIReader.Get(ctx, key, obj, opts...)
+	return o.r.claim(o.cfg, obj)
 }
 
 func (o ownSecrets) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {

@@ -47,7 +47,7 @@ func (r *ApiServerConfigReconciler) loadEncryption(ctx context.Context, p *pass)
 	name := apiserver.EncryptionSecretName(p.cfg.Name)
 	request := p.cfg.Annotations[v1alpha1.RotateEncryptionKeyAnnotation]
 	existing := &corev1.Secret{}
-	err := ownSecrets{r}.Get(ctx, ctrl.ObjectKey{Namespace: p.cfg.Namespace, Name: name}, existing)
+	err := ownSecrets{r, p.cfg}.Get(ctx, ctrl.ObjectKey{Namespace: p.cfg.Namespace, Name: name}, existing)
 	switch {
 	case err == nil && len(existing.Data[apiserver.EncryptionKeysKey]) > 0:
 		legacy := apiserver.EncryptionLayout{Key: apiserver.EncryptionKey{Provider: provider}, Resources: p.c.Spec.Encryption.Resources}

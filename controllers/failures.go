@@ -35,11 +35,14 @@ type envFailure struct {
 	// grace is added to the stall period: a cause that may go away by
 	// itself after it (a held upgrade's quiet period) stalls only past it.
 	grace time.Duration
+	// atOnce: the cause never goes away by itself (a name conflict), so it
+	// stalls as soon as it is seen.
+	atOnce bool
 }
 
 // stalled reports whether f has lasted stallAfter (and its grace) at now.
 func (f *envFailure) stalled(now time.Time, stallAfter time.Duration) bool {
-	return f != nil && now.Sub(f.since) >= stallAfter+f.grace
+	return f != nil && (f.atOnce || now.Sub(f.since) >= stallAfter+f.grace)
 }
 
 // failingSince is when the cause reason was first seen: the

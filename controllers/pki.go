@@ -92,7 +92,7 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	if err := r.loadCA(ctx, refs, cfg, c, now, res); err != nil {
 		return nil, fmt.Errorf("reconciling the cluster CA: %w", err)
 	}
-	frontProxy, err := r.loadOrCreateCA(ctx, ownSecrets{r}, cfg.Namespace, apiserver.FrontProxyCASecretName(cfg.Name), "front-proxy-ca", alg, caValidity, now, res)
+	frontProxy, err := r.loadOrCreateCA(ctx, ownSecrets{r, cfg}, cfg.Namespace, apiserver.FrontProxyCASecretName(cfg.Name), "front-proxy-ca", alg, caValidity, now, res)
 	if err != nil {
 		return nil, fmt.Errorf("reconciling the front-proxy CA: %w", err)
 	}
@@ -105,8 +105,9 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	}
 	ca, caBundle := res.secrets.CA, res.secrets.CABundle
 
+	own := ownSecrets{r, cfg}
 	leaf := func(name, secretName string, signer *pki.KeyPair, cfg pki.CertConfig) (*pki.KeyPair, error) {
-		_, existing, err := readKeyPair(ctx, ownSecrets{r}, c.Namespace, secretName)
+		_, existing, err := readKeyPair(ctx, own, c.Namespace, secretName)
 		if err != nil {
 			return nil, err
 		}
@@ -143,7 +144,7 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	// renewed like the others and rewritten whenever the endpoint or the
 	// CA bundle changes (the kubeconfig is rebuilt each pass, identically
 	// for identical inputs).
-	admin, err := r.adminKeyPair(ctx, c, ca, alg, validity, now, res)
+	admin, err := r.adminKeyPair(ctx, cfg, c, ca, alg, validity, now, res)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +232,7 @@ func (r *ApiServerConfigReconciler) loadCA(ctx context.Context, refs client.Read
 			return fmt.Errorf("spec.certificates.caSecretName names Secret %s/%s, which does not exist: create it with tls.crt and tls.key", cfg.Namespace, userSecret)
 		}
 		own := &corev1.Secret{}
-		if err := (ownSecrets{r}).Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: name}, own); err == nil {
+		if err := (ownSecrets{r, cfg}).Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: name}, own); err == nil {
 			res.trustedCAs, _ = certutil.ParseCertsPEM(own.Data[apiserver.CABundleKey])
 		} else if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, name, err)
@@ -240,7 +241,7 @@ func (r *ApiServerConfigReconciler) loadCA(ctx context.Context, refs client.Read
 		res.trackSigner(name, user.Cert(), pki.DefaultRenewalPercent)
 		return nil
 	}
-	own, err := r.loadOrCreateCA(ctx, ownSecrets{r}, cfg.Namespace, name, "kubernetes", certs.KeyAlgorithm, certs.CAValidity.Duration, now, res)
+	own, err := r.loadOrCreateCA(ctx, ownSecrets{r, cfg}, cfg.Namespace, name, "kubernetes", certs.KeyAlgorithm, certs.CAValidity.Duration, now, res)
 	if err != nil {
 		return err
 	}
@@ -290,7 +291,7 @@ func readKeyPair(ctx context.Context, reader client.Reader, namespace, name stri
 func (r *ApiServerConfigReconciler) serviceAccountKeys(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, alg v1alpha1.KeyAlgorithm, now time.Time, res *pkiResult) error {
 	name := apiserver.ServiceAccountSecretName(c.Name)
 	s := &corev1.Secret{}
-	err := ownSecrets{r}.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
+	err := ownSecrets{r, cfg}.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
 	m := &res.secrets
 	switch {
 	case err == nil && len(s.Data[apiserver.ServiceAccountPrivateKeyKey]) > 0 && len(s.Data[apiserver.ServiceAccountPublicKeysKey]) > 0:
@@ -324,12 +325,12 @@ func (r *ApiServerConfigReconciler) serviceAccountKeys(ctx context.Context, cfg 
 
 // adminKeyPair reads the admin client certificate back from the admin
 // kubeconfig Secret, renewing it when due.
-func (r *ApiServerConfigReconciler) adminKeyPair(ctx context.Context, c *apiserver.Completed, ca *pki.KeyPair, alg v1alpha1.KeyAlgorithm,
+func (r *ApiServerConfigReconciler) adminKeyPair(ctx context.Context, owner *v1alpha1.ApiServerConfig, c *apiserver.Completed, ca *pki.KeyPair, alg v1alpha1.KeyAlgorithm,
 	validity time.Duration, now time.Time, res *pkiResult) (*pki.KeyPair, error) {
 	cfg := pki.AdminCertConfig()
 	name := apiserver.AdminKubeconfigSecretName(c.Name)
 	s := &corev1.Secret{}
-	if err := (ownSecrets{r}).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil && !apierrors.IsNotFound(err) {
+	if err := (ownSecrets{r, owner}).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, name, err)
 	}
 	if existing := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey]); existing != nil {

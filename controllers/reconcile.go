@@ -186,6 +186,14 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			if p.obs.invalid != nil {
 				return ctrl.Result{}, err // terminal: only an edit helps
 			}
+			if conflict := (*nameConflict)(nil); errors.As(err, &conflict) {
+				p.obs.failure = &envFailure{reason: v1alpha1.ReasonNameConflict, message: conflict.Error(), atOnce: true,
+					since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonNameConflict, p.now)}
+				if c := meta.FindStatusCondition(p.before.Status.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Reason != v1alpha1.ReasonNameConflict {
+					r.event(cfg, corev1.EventTypeWarning, v1alpha1.ReasonNameConflict, s.name, "%s", conflict.Error())
+				}
+				return ctrl.Result{RequeueAfter: nameConflictRecheck}, nil
+			}
 			return ctrl.Result{}, step(s.name, err)
 		}
 		if p.done {

@@ -19,7 +19,11 @@ import (
 // certificate would be issued without them and then again.
 func (r *ApiServerConfigReconciler) reconcileService(ctx context.Context, p *pass) error {
 	svc := &corev1.Service{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.cfg.Namespace, Name: apiserver.ServiceName(p.cfg.Name)}, svc); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.cfg.Namespace, Name: apiserver.ServiceName(p.cfg.Name)}, svc); err == nil {
+		if err := r.claim(p.cfg, svc); err != nil {
+			return err
+		}
+	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
 	p.in.ServiceClusterIP, p.in.ServiceIngress = serviceAddresses(svc)
@@ -27,7 +31,7 @@ func (r *ApiServerConfigReconciler) reconcileService(ctx context.Context, p *pas
 		return err
 	}
 	svc = apiserver.DesiredService(p.c)
-	if err := r.apply(ctx, svc); err != nil {
+	if err := r.apply(ctx, p.cfg, svc); err != nil {
 		return err
 	}
 	if ip, ingress := serviceAddresses(svc); ip != p.in.ServiceClusterIP || !slices.Equal(ingress, p.in.ServiceIngress) {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
@@ -25,6 +26,10 @@ import (
 func (r *ApiServerConfigReconciler) observeWorkload(ctx context.Context, p *pass) error {
 	cfg := p.cfg
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, p.current); err == nil {
+		if err := r.claim(cfg, p.current); err != nil {
+			p.current = &appsv1.Deployment{}
+			return err
+		}
 		p.obs.deployment = p.current
 	} else if !apierrors.IsNotFound(err) {
 		return err
@@ -99,10 +104,10 @@ func (p *pass) referencedData() apiserver.ObjectData {
 // applied by its own step.
 func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) error {
 	d := p.desired
-	if err := r.apply(ctx, d.ConfigMap); err != nil {
+	if err := r.apply(ctx, p.cfg, d.ConfigMap); err != nil {
 		return err
 	}
-	if err := r.applyEach(ctx, d.Secrets); err != nil {
+	if err := r.applyEach(ctx, p.cfg, d.Secrets); err != nil {
 		return err
 	}
 	p.obs.certsReady = true
@@ -111,12 +116,12 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 		p.done = true // the Deployment keeps its template
 		return nil
 	}
-	if err := r.apply(ctx, d.Deployment); err != nil {
+	if err := r.apply(ctx, p.cfg, d.Deployment); err != nil {
 		return err
 	}
 	p.current, p.obs.deployment = d.Deployment, d.Deployment
 	if d.PodDisruptionBudget != nil {
-		if err := r.apply(ctx, d.PodDisruptionBudget); err != nil {
+		if err := r.apply(ctx, p.cfg, d.PodDisruptionBudget); err != nil {
 			return err
 		}
 	} else if err := r.deleteIfOwned(ctx, p.cfg, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.DeploymentName(p.cfg.Name)}}); err != nil {
@@ -127,10 +132,10 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 
 // applyEach applies secrets side by side (they do not depend on each
 // other: a new tenant's Deployment comes a few round trips sooner).
-func (r *ApiServerConfigReconciler) applyEach(ctx context.Context, secrets []*corev1.Secret) error {
+func (r *ApiServerConfigReconciler) applyEach(ctx context.Context, cfg *v1alpha1.ApiServerConfig, secrets []*corev1.Secret) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range secrets {
-		g.Go(func() error { return r.apply(gctx, s) })
+		g.Go(func() error { return r.apply(gctx, cfg, s) })
 	}
 	return g.Wait()
 }

@@ -100,6 +100,10 @@ const (
 	// ReasonReferenceMissing: a Secret or ConfigMap the spec names, or one
 	// of its keys, does not exist.
 	ReasonReferenceMissing = "ReferenceMissing"
+	// ReasonNameConflict: an object of a name the operator gives one of the
+	// tenant's objects exists and is someone else's; the operator leaves
+	// it untouched. It stalls at once: only a person can resolve it.
+	ReasonNameConflict = "NameConflict"
 	// ReasonPodUnschedulable: an apiserver pod cannot be scheduled.
 	ReasonPodUnschedulable = "PodUnschedulable"
 	// ReasonImagePullFailed: an apiserver pod cannot pull its image.

@@ -112,7 +112,7 @@ func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig,
 	g, gctx := errgroup.WithContext(ctx)
 	for i, obj := range asked {
 		g.Go(func() error {
-			results[i] = dryRunWrite(gctx, c, obj, created)
+			results[i] = dryRunWrite(gctx, c, cfg, obj, created)
 			return nil
 		})
 	}
@@ -124,6 +124,10 @@ func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig,
 			continue
 		}
 		kind := asked[i].GetObjectKind().GroupVersionKind().Kind
+		if taken := (*nameTaken)(nil); errors.As(err, &taken) {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), cfg.Name, taken.Error()))
+			continue
+		}
 		if refused := refusal(kind, asked[i].GetName(), err); refused != nil {
 			errs = append(errs, refused...)
 			continue
@@ -136,12 +140,21 @@ func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig,
 // dryRunWrite writes obj as the controller would, without storing it: a
 // create for a new tenant's (cheaper for the management cluster than an
 // apply, which computes the fields' owners), a server-side apply for an
-// object that exists.
-func dryRunWrite(ctx context.Context, c client.Client, obj client.Object, created bool) error {
+// object that exists. A new tenant's object that exists already and is not
+// its own (apiserver.ClaimOf) is a *nameTaken: the operator would leave it
+// alone and the tenant would never start.
+func dryRunWrite(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig, obj client.Object, created bool) error {
 	if created {
 		err := c.Create(ctx, obj.DeepCopyObject().(client.Object), client.DryRunAll, client.FieldOwner(apiserver.FieldOwner))
 		if !apierrors.IsAlreadyExists(err) {
 			return err
+		}
+		existing := obj.DeepCopyObject().(client.Object)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
+			return err
+		}
+		if claim := apiserver.ClaimOf(cfg.Name, cfg.UID, existing); !claim.Own() && !claim.Predecessor {
+			return &nameTaken{kind: obj.GetObjectKind().GroupVersionKind().Kind, namespace: obj.GetNamespace(), name: obj.GetName(), holder: claim.Holder}
 		}
 	}
 	u, err := apiserver.ApplyForm(obj)
@@ -180,4 +193,15 @@ func refusal(kind, name string, err error) field.ErrorList {
 func transient(err error) bool {
 	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
 		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
+}
+
+// nameTaken says that an object of a name a new ApiServerConfig would give
+// one of its objects exists and is someone else's.
+type nameTaken struct {
+	kind, namespace, name, holder string
+}
+
+func (e *nameTaken) Error() string {
+	return fmt.Sprintf("the name gives the tenant's %s the name %s, and %s/%s exists and belongs to %s (the operator never takes over an object that is not its own): choose another name, or delete or rename that %s",
+		e.kind, e.name, e.namespace, e.name, e.holder, e.kind)
 }

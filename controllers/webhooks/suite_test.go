@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -18,6 +19,9 @@ import (
 // env is the bundled kube-apiserver and etcd with the CRD and the webhook
 // configuration installed, and a manager serving the webhook only.
 var env *envtest.Environment
+
+// cached reads through the manager's cache, as the webhook does.
+var cached client.Client
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -41,6 +45,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("creating the manager: %w", err)
 	}
+	cached = mgr.GetClient()
 	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
 	if err := SetupWithManager(mgr, admission.Admission{Validator: validators}, ""); err != nil {

@@ -53,6 +53,12 @@ func SetupWithManager(mgr ctrl.Manager, a apiadmission.Admission, nodePorts stri
 	if err != nil {
 		return fmt.Errorf("reading the management cluster's node port range %q: %w", nodePorts, err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ApiServerConfig{}, generatedNamesIndex, indexGeneratedNames); err != nil {
+		return fmt.Errorf("indexing the ApiServerConfigs by the names of their objects: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ApiServerConfig{}, keyspaceIndex, indexKeyspace); err != nil {
+		return fmt.Errorf("indexing the ApiServerConfigs by their etcd keyspace: %w", err)
+	}
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.ApiServerConfig{}).
 		WithValidator(ApiServerConfigValidator{Admission: a, Client: mgr.GetClient(), NodePorts: ports}).
 		Complete()
@@ -78,6 +84,10 @@ func (ApiServerConfigValidator) ValidateDelete(context.Context, *v1alpha1.ApiSer
 func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alpha1.ApiServerConfig) (admission.Warnings, error) {
 	ctx, cancel := context.WithTimeout(ctx, webhookBudget)
 	defer cancel()
+	if errs := v.claims(ctx, old, obj); len(errs) > 0 {
+		// Cheaper than judging the spec, and a refusal either way.
+		return nil, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("ApiServerConfig").GroupKind(), obj.Name, errs)
+	}
 	errs, warnings := v.Admission.Admit(ctx, old, obj)
 	if len(errs) == 0 && v.Client != nil && obj.DeletionTimestamp.IsZero() && (old == nil || !apiequality.Semantic.DeepEqual(old.Spec, obj.Spec)) {
 		// Only a new spec that kube-apiserver takes costs the management
@@ -98,6 +108,31 @@ func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alph
 		return warnings, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("ApiServerConfig").GroupKind(), obj.Name, errs)
 	}
 	return warnings, nil
+}
+
+// claims refuses an ApiServerConfig that would share what is another's:
+// the names of its objects (checked when it is created: names do not
+// change) and its etcd keys (checked again when spec.etcd changes).
+func (v ApiServerConfigValidator) claims(ctx context.Context, old, obj *v1alpha1.ApiServerConfig) field.ErrorList {
+	if v.Client == nil || !obj.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	var errs field.ErrorList
+	if old == nil {
+		collisions, err := nameCollisions(ctx, v.Client, obj)
+		if err != nil {
+			return field.ErrorList{field.InternalError(field.NewPath("metadata", "name"), err)}
+		}
+		errs = append(errs, collisions...)
+	}
+	if old == nil || !apiequality.Semantic.DeepEqual(old.Spec.Etcd, obj.Spec.Etcd) {
+		shared, err := sharedKeyspaces(ctx, v.Client, obj)
+		if err != nil {
+			return field.ErrorList{field.InternalError(field.NewPath("spec", "etcd"), err)}
+		}
+		errs = append(errs, shared...)
+	}
+	return errs
 }
 
 // DrainingServer is a webhook server whose answers close their connection

@@ -38,7 +38,7 @@ func newConfig(ns, name string, mutate func(*v1alpha1.ApiServerConfigSpec)) *v1a
 	cfg := &v1alpha1.ApiServerConfig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.ApiServerConfigSpec{
-			Etcd: v1alpha1.EtcdSpec{Servers: []string{"https://etcd:2379"}},
+			Etcd: v1alpha1.EtcdSpec{Servers: []string{"https://etcd:2379"}, Prefix: "/tenants/" + ns + "/" + name},
 		},
 	}
 	mutate(&cfg.Spec)

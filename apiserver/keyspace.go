@@ -1,0 +1,108 @@
+package apiserver
+
+import (
+	"cmp"
+	"net"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+// DefaultEtcdPrefix is spec.etcd.prefix when the spec names none.
+const DefaultEtcdPrefix = "/registry"
+
+// EtcdKeyspace is where a tenant's keys are: the etcd servers that hold
+// any of its data (overrides included) and the prefix of every key.
+// kube-apiserver keys an object as the prefix, cleaned and rooted
+// (k8s.io/apiserver's etcd3 store joins "/" and --etcd-prefix), then its
+// resource and name: two tenants that share a server and whose prefixes
+// are one within the other (or equal) read and write each other's keys.
+type EtcdKeyspace struct {
+	// Addresses are the servers' host:port, the host in lower case, sorted
+	// and distinct. The same etcd reached under two names (a DNS name and
+	// an IP) counts as two.
+	Addresses []string
+	// Prefix is cleaned and rooted: "/registry", "/tenants/a".
+	Prefix string
+}
+
+// KeyspaceOf is the keyspace of spec.etcd.
+func KeyspaceOf(spec *v1alpha1.EtcdSpec) EtcdKeyspace {
+	k := EtcdKeyspace{Prefix: path.Join("/", cmp.Or(spec.Prefix, DefaultEtcdPrefix))}
+	for _, s := range newEtcdPlacement(spec).Servers {
+		u, err := url.Parse(s)
+		if err != nil || u.Hostname() == "" {
+			continue // admission accepts only URLs with a host and a port
+		}
+		host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+		k.Addresses = append(k.Addresses, net.JoinHostPort(host, u.Port()))
+	}
+	slices.Sort(k.Addresses)
+	k.Addresses = slices.Compact(k.Addresses)
+	return k
+}
+
+// Overlaps reports whether k and o share a server and a key.
+func (k EtcdKeyspace) Overlaps(o EtcdKeyspace) bool {
+	if !within(k.Prefix, o.Prefix) && !within(o.Prefix, k.Prefix) {
+		return false
+	}
+	for _, a := range k.Addresses {
+		if slices.Contains(o.Addresses, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether every key under prefix p is under prefix q.
+func within(p, q string) bool {
+	return q == "/" || p == q || strings.HasPrefix(p, q+"/")
+}
+
+// IndexKeys are the keys under which an index holds k: for each address,
+// the prefix itself ("=") and every prefix above it ("<"), so that
+// OverlapQueries finds every keyspace that overlaps another with one
+// exact lookup each.
+func (k EtcdKeyspace) IndexKeys() []string {
+	var out []string
+	for _, a := range k.Addresses {
+		out = append(out, a+"|="+k.Prefix)
+		for _, above := range ancestors(k.Prefix) {
+			out = append(out, a+"|<"+above)
+		}
+	}
+	return out
+}
+
+// OverlapQueries are the index keys (IndexKeys) of every keyspace that
+// overlaps k: on each of its addresses, its own prefix and those above it,
+// and anything below it.
+func (k EtcdKeyspace) OverlapQueries() []string {
+	var out []string
+	for _, a := range k.Addresses {
+		out = append(out, a+"|="+k.Prefix, a+"|<"+k.Prefix)
+		for _, above := range ancestors(k.Prefix) {
+			out = append(out, a+"|="+above)
+		}
+	}
+	return out
+}
+
+// ancestors are the prefixes strictly above p, from the root: "/" and
+// "/tenants" for "/tenants/a".
+func ancestors(p string) []string {
+	if p == "/" {
+		return nil
+	}
+	out := []string{"/"}
+	for i := 1; i < len(p); i++ {
+		if p[i] == '/' {
+			out = append(out, p[:i])
+		}
+	}
+	return out
+}

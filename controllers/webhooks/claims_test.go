@@ -1,0 +1,147 @@
+package webhooks
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+func testNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// createWhenCached creates cfg and waits until the webhook's cache holds it
+// (the index that later requests consult is built from the cache).
+func createWhenCached(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
+	t.Helper()
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for cached.Get(ctx, client.ObjectKeyFromObject(cfg), &v1alpha1.ApiServerConfig{}) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the webhook's cache does not hold %s", cfg.Name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestApiServerConfigValidator_RefusesNamesThatCollideWithAnotherTenants(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t, "names-")
+	createWhenCached(t, newConfig(ns, "x", func(*v1alpha1.ApiServerConfigSpec) {}))
+
+	// x-front-proxy would name its CA x-front-proxy-ca, x's front-proxy CA.
+	err := env.Client.Create(ctx, newConfig(ns, "x-front-proxy", func(*v1alpha1.ApiServerConfigSpec) {}))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.name: Invalid value") ||
+		!strings.Contains(err.Error(), "ApiServerConfig x in this namespace") || !strings.Contains(err.Error(), "Secret/x-front-proxy-ca") {
+		t.Fatalf("want x-front-proxy refused at metadata.name, naming x and the Secret, got %v", err)
+	}
+	// And the other way round: x beside an x-front-proxy.
+	other := testNamespace(t, "names-")
+	createWhenCached(t, newConfig(other, "x-front-proxy", func(*v1alpha1.ApiServerConfigSpec) {}))
+	err = env.Client.Create(ctx, newConfig(other, "x", func(*v1alpha1.ApiServerConfigSpec) {}))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "ApiServerConfig x-front-proxy in this namespace") {
+		t.Fatalf("want x refused beside x-front-proxy, got %v", err)
+	}
+	// Names that only look alike, and the same name in another namespace,
+	// are fine.
+	for _, cfg := range []*v1alpha1.ApiServerConfig{
+		newConfig(ns, "x-front", func(*v1alpha1.ApiServerConfigSpec) {}),
+		newConfig(ns, "front-proxy", func(*v1alpha1.ApiServerConfigSpec) {}),
+		newConfig(testNamespace(t, "names-"), "x-front-proxy", func(*v1alpha1.ApiServerConfigSpec) {}),
+	} {
+		if err := env.Client.Create(ctx, cfg); err != nil {
+			t.Errorf("%s/%s was refused: %v", cfg.Namespace, cfg.Name, err)
+		}
+	}
+}
+
+func TestApiServerConfigValidator_RefusesANewTenantWhoseDeploymentNameIsTaken(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t, "taken-")
+	theirs := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-apiserver"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "example.com/web:1"}}},
+			},
+		},
+	}
+	if err := env.Client.Create(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	err := env.Client.Create(ctx, newConfig(ns, "web", func(*v1alpha1.ApiServerConfigSpec) {}))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.name: Invalid value") ||
+		!strings.Contains(err.Error(), ns+"/web-apiserver exists and belongs to no ApiServerConfig") {
+		t.Fatalf("want the tenant refused at metadata.name, naming the Deployment in the way, got %v", err)
+	}
+}
+
+func TestApiServerConfigValidator_RefusesAnEtcdPrefixThatAnotherTenantsOverlaps(t *testing.T) {
+	ctx := context.Background()
+	ns, elsewhere := testNamespace(t, "keys-"), testNamespace(t, "keys-")
+	onEtcd := func(prefix string, servers ...string) func(*v1alpha1.ApiServerConfigSpec) {
+		return func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Etcd.Servers, s.Etcd.Prefix = servers, prefix
+		}
+	}
+	createWhenCached(t, newConfig(ns, "a", onEtcd("/shared/a", "https://etcd-1:2379", "https://etcd-2:2379")))
+	createWhenCached(t, newConfig(elsewhere, "b", onEtcd("/shared/b", "https://etcd-1:2379")))
+
+	for _, tc := range []struct {
+		name, ns, prefix, names string
+		servers                 []string
+	}{
+		{"the same prefix, another server of the same etcd", ns, "/shared/a", "ApiServerConfig a (prefix /shared/a)", []string{"https://etcd-2:2379"}},
+		{"a prefix within another's", ns, "/shared/a/more", "ApiServerConfig a (prefix /shared/a)", []string{"https://etcd-1:2379"}},
+		{"a prefix above two others", ns, "/shared", "ApiServerConfig a (prefix /shared/a) and an ApiServerConfig in another namespace", []string{"https://etcd-1:2379"}},
+		{"another namespace's prefix, with a trailing slash", ns, "/shared/b/", "an ApiServerConfig in another namespace", []string{"https://ETCD-1:2379"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := env.Client.Create(ctx, newConfig(tc.ns, "c", onEtcd(tc.prefix, tc.servers...)))
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.etcd.prefix: Invalid value") ||
+				!strings.Contains(err.Error(), "also the data of "+tc.names+":") {
+				t.Fatalf("want the prefix refused, naming %s, got %v", tc.names, err)
+			}
+			if strings.Contains(err.Error(), elsewhere) || strings.Contains(err.Error(), "ApiServerConfig b") {
+				t.Fatalf("the refusal tells another namespace's tenant or prefix: %v", err)
+			}
+		})
+	}
+	// Moving a tenant onto another's etcd is refused as well.
+	c := newConfig(ns, "c", onEtcd("/shared/b", "https://etcd-3:2379"))
+	createWhenCached(t, c)
+	c.Spec.Etcd.Servers = append(c.Spec.Etcd.Servers, "https://etcd-1:2379")
+	if err := env.Client.Update(ctx, c); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.etcd.prefix") {
+		t.Fatalf("want the move onto etcd-1 refused, got %v", err)
+	}
+	// Siblings and other servers are fine.
+	for _, cfg := range []*v1alpha1.ApiServerConfig{
+		newConfig(ns, "d", onEtcd("/shared/ab", "https://etcd-1:2379")),
+		newConfig(ns, "e", onEtcd("/shared/a", "https://etcd-4:2379")),
+	} {
+		if err := env.Client.Create(ctx, cfg); err != nil {
+			t.Errorf("%s was refused: %v", cfg.Name, err)
+		}
+	}
+}
