@@ -47,6 +47,17 @@ func (c RemovedAPICalls) String() string {
 
 func (c RemovedAPICalls) key() string { return c.Group + "/" + c.Version + "/" + c.Resource }
 
+// The metric families ParseRemovedAPICalls reads: all an apiserver's
+// /metrics needs to hold for it (RemovedAPIMetrics).
+const (
+	deprecatedAPIsMetric = "apiserver_requested_deprecated_apis"
+	requestsMetric       = "apiserver_request_total"
+)
+
+// RemovedAPIMetrics are the metric families ParseRemovedAPICalls reads:
+// the operator reads no other of an apiserver's /metrics.
+var RemovedAPIMetrics = []string{deprecatedAPIsMetric, requestsMetric}
+
 // ParseRemovedAPICalls reads the deprecated APIs clients requested, with
 // the number of requests each got, from the /metrics of one apiserver.
 func ParseRemovedAPICalls(metrics io.Reader) ([]RemovedAPICalls, error) {
@@ -56,7 +67,7 @@ func ParseRemovedAPICalls(metrics io.Reader) ([]RemovedAPICalls, error) {
 		return nil, fmt.Errorf("parsing kube-apiserver's metrics: %w", err)
 	}
 	calls := map[string]*RemovedAPICalls{}
-	if f := families["apiserver_requested_deprecated_apis"]; f != nil {
+	if f := families[deprecatedAPIsMetric]; f != nil {
 		for _, m := range f.GetMetric() {
 			l := metricLabels(m)
 			if l["removed_release"] == "" || m.GetGauge().GetValue() == 0 {
@@ -66,7 +77,7 @@ func ParseRemovedAPICalls(metrics io.Reader) ([]RemovedAPICalls, error) {
 			calls[c.key()] = &c
 		}
 	}
-	if f := families["apiserver_request_total"]; f != nil {
+	if f := families[requestsMetric]; f != nil {
 		for _, m := range f.GetMetric() {
 			l := metricLabels(m)
 			if c := calls[l["group"]+"/"+l["version"]+"/"+l["resource"]]; c != nil {

@@ -56,7 +56,7 @@ func (f *fakeTenant) Resources(context.Context) (map[schema.GroupResource]tenant
 }
 
 // Metrics: the fake tenant's apiservers saw no request.
-func (f *fakeTenant) Metrics(context.Context, string) ([]byte, error) { return nil, nil }
+func (f *fakeTenant) Metrics(context.Context, string, ...string) ([]byte, error) { return nil, nil }
 
 func (f *fakeTenant) Rewrite(ctx context.Context, r tenantio.Resource, namespace, name string) error {
 	s := &corev1.Secret{}

@@ -34,7 +34,7 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.etcdTLSID, tenantio.UnreachableEndpoint(p.obs.etcdErr))
 	}
 	if p.obs.etcdErr != nil {
-		ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", p.obs.etcdErr.Error())
+		ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", tenantio.Detail(p.obs.etcdErr))
 		p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdUnreachable, message: p.obs.etcdErr.Error(),
 			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdUnreachable, p.now)}
 		p.requeueWithin(etcdRetryInterval)

@@ -93,7 +93,7 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 		if pod.Status.PodIP == "" || !podReady(&pod) {
 			continue
 		}
-		data, err := api.Metrics(ctx, pod.Status.PodIP)
+		data, err := api.Metrics(ctx, pod.Status.PodIP, apiserver.RemovedAPIMetrics...)
 		if err != nil {
 			return fmt.Errorf("reading the metrics of apiserver %s before the upgrade to %s (the upgrade waits for them; annotate the object with %s=%s to upgrade without them): %w",
 				pod.Name, target, apiserver.AllowRemovedAPICallsAnnotation, target, err)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,7 +40,10 @@ func (f *callingTenant) Resources(context.Context) (map[schema.GroupResource]ten
 
 func (f *callingTenant) Rewrite(context.Context, tenantio.Resource, string, string) error { return nil }
 
-func (f *callingTenant) Metrics(context.Context, string) ([]byte, error) {
+func (f *callingTenant) Metrics(_ context.Context, _ string, families ...string) ([]byte, error) {
+	if !slices.Equal(families, apiserver.RemovedAPIMetrics) {
+		return nil, fmt.Errorf("asked for the metrics %v, want %v", families, apiserver.RemovedAPIMetrics)
+	}
 	f.reads.Add(1)
 	if f.calling.Load() {
 		f.requests.Add(3)

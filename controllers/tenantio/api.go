@@ -1,20 +1,26 @@
 package tenantio
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -30,9 +36,10 @@ type API interface {
 	// Rewrite writes an object back unchanged. An object that is gone is
 	// not an error: whatever replaced it was written with the current key.
 	Rewrite(ctx context.Context, r Resource, namespace, name string) error
-	// Metrics reads the /metrics of the apiserver pod at podIP (each
-	// apiserver counts its own requests).
-	Metrics(ctx context.Context, podIP string) ([]byte, error)
+	// Metrics reads the metric families named of the /metrics of the
+	// apiserver pod at podIP (each apiserver counts its own requests),
+	// in the text format; the rest is read past, not kept.
+	Metrics(ctx context.Context, podIP string, families ...string) ([]byte, error)
 }
 
 // Resource is one resource a tenant serves.
@@ -48,6 +55,19 @@ type Resource struct {
 // Timeout bounds each call to a tenant's API.
 const Timeout = 10 * time.Second
 
+// What the operator reads from a tenant's API at most. A tenant's
+// apiserver may run any image (spec.image), and a process in it may answer
+// anything: every response is cut at MaxAPIResponseBytes (a discovery
+// document, a page of a list, a patched object are far smaller), and of
+// an apiserver's /metrics, which grows with the resources it serves, at
+// most MaxMetricsBytes are read and only the families asked for are kept,
+// at most MaxMetricsKeptBytes of them.
+const (
+	MaxAPIResponseBytes = 32 << 20
+	MaxMetricsBytes     = 256 << 20
+	MaxMetricsKeptBytes = 16 << 20
+)
+
 // Connect reaches a tenant's API at host:port (its Service), as the
 // administrator adminKubeconfig holds; serverName, a SAN of the serving
 // certificate, verifies an apiserver pod reached at its own address on
@@ -62,6 +82,7 @@ func Connect(adminKubeconfig []byte, host string, port int32, serverName string,
 	// The operator paces its own writes (spec.encryption.rewritesPerSecond).
 	rc.QPS, rc.Burst = -1, 0
 	rc.UserAgent = "apiserver-operator"
+	rc.WrapTransport = capResponses(MaxAPIResponseBytes)
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", rc.Host, err)
@@ -70,12 +91,17 @@ func Connect(adminKubeconfig []byte, host string, port int32, serverName string,
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", rc.Host, err)
 	}
-	return &client{dyn: dyn, disc: disc, host: rc.Host, rc: rc, clusterIP: serverName, port: podPort}, nil
+	meta, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", rc.Host, err)
+	}
+	return &client{dyn: dyn, disc: disc, meta: meta, host: rc.Host, rc: rc, clusterIP: serverName, port: podPort}, nil
 }
 
 type client struct {
 	dyn  dynamic.Interface
 	disc discovery.DiscoveryInterface
+	meta metadata.Interface
 	host string
 	// rc reaches the Service; clusterIP (a SAN of the serving
 	// certificate) verifies a pod reached at its own address, on port.
@@ -85,20 +111,112 @@ type client struct {
 }
 
 // Metrics implements API.
-func (t *client) Metrics(ctx context.Context, podIP string) ([]byte, error) {
+func (t *client) Metrics(ctx context.Context, podIP string, families ...string) ([]byte, error) {
 	rc := rest.CopyConfig(t.rc)
 	rc.Host = "https://" + net.JoinHostPort(podIP, strconv.Itoa(int(t.port)))
 	rc.TLSClientConfig.ServerName = t.clusterIP
 	rc.GroupVersion, rc.NegotiatedSerializer = &schema.GroupVersion{}, scheme.Codecs.WithoutConversion()
+	rc.WrapTransport = capResponses(MaxMetricsBytes)
 	rcl, err := rest.RESTClientFor(rc)
 	if err != nil {
 		return nil, fmt.Errorf("reaching the apiserver pod at %s: %w", rc.Host, err)
 	}
-	data, err := rcl.Get().AbsPath("/metrics").DoRaw(ctx)
+	body, err := rcl.Get().AbsPath("/metrics").Stream(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metrics of the apiserver pod at %s: %w", rc.Host, err)
+	}
+	defer func() { _ = body.Close() }()
+	data, err := metricFamilies(body, families)
 	if err != nil {
 		return nil, fmt.Errorf("reading the metrics of the apiserver pod at %s: %w", rc.Host, err)
 	}
 	return data, nil
+}
+
+// metricFamilies keeps the lines of the text exposition format that
+// belong to one of families (their HELP and TYPE lines, their samples, a
+// histogram's or summary's _bucket, _sum and _count).
+func metricFamilies(r io.Reader, families []string) ([]byte, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	var out bytes.Buffer
+	for sc.Scan() {
+		line := sc.Bytes()
+		name := line
+		if after, ok := bytes.CutPrefix(line, []byte("# HELP ")); ok {
+			name = after
+		} else if after, ok := bytes.CutPrefix(line, []byte("# TYPE ")); ok {
+			name = after
+		}
+		if i := bytes.IndexAny(name, "{ "); i >= 0 {
+			name = name[:i]
+		}
+		if !slices.ContainsFunc(families, func(f string) bool { return isSeriesOf(string(name), f) }) {
+			continue
+		}
+		if out.Len()+len(line)+1 > MaxMetricsKeptBytes {
+			return nil, fmt.Errorf("the metrics %v are longer than %d MiB: not read", families, MaxMetricsKeptBytes>>20)
+		}
+		out.Write(line)
+		out.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// isSeriesOf reports whether the series name belongs to family.
+func isSeriesOf(name, family string) bool {
+	suffix, ok := strings.CutPrefix(name, family)
+	return ok && (suffix == "" || suffix == "_bucket" || suffix == "_sum" || suffix == "_count")
+}
+
+// capResponses cuts every response body at limit bytes: reading past it is
+// an error, so that a truncated document is never taken for a whole one.
+func capResponses(limit int64) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				return resp, err
+			}
+			if resp.ContentLength > limit {
+				_ = resp.Body.Close()
+				return nil, fmt.Errorf("%s %s: the answer is %d MiB, more than the %d MiB the operator reads from a tenant", req.Method, req.URL.Path, resp.ContentLength>>20, limit>>20)
+			}
+			resp.Body = &cappedBody{ReadCloser: resp.Body, left: limit, max: limit, what: req.Method + " " + req.URL.Path}
+			return resp, nil
+		})
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// cappedBody reads at most max bytes of a body, and fails if there are
+// more.
+type cappedBody struct {
+	io.ReadCloser
+	left, max int64
+	what      string
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		if n, _ := io.ReadFull(b.ReadCloser, one[:]); n > 0 {
+			return 0, fmt.Errorf("%s: the answer is longer than the %d MiB the operator reads from a tenant", b.what, b.max>>20)
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // crdResource is where a tenant lists its custom resource definitions.
@@ -110,14 +228,15 @@ func (t *client) Resources(ctx context.Context) (map[schema.GroupResource]Resour
 	if discoveryErr != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("reading the discovery of the tenant's API at %s: %w", t.host, discoveryErr)
 	}
-	crds, err := t.dyn.Resource(crdResource).List(ctx, metav1.ListOptions{})
+	// Their names only: a CRD is named <plural>.<group> (apiextensions
+	// refuses any other name), and its schema may be large.
+	crds, err := t.meta.Resource(crdResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing the custom resource definitions of the tenant's API at %s: %w", t.host, err)
 	}
 	custom := map[schema.GroupResource]bool{}
 	for _, crd := range crds.Items {
-		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
-		plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+		plural, group, _ := strings.Cut(crd.Name, ".")
 		custom[schema.GroupResource{Group: group, Resource: plural}] = true
 	}
 	out := map[schema.GroupResource]Resource{}

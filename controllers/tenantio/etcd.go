@@ -9,10 +9,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Etcd talks to a tenant's etcd servers.
@@ -41,12 +44,21 @@ func (e EtcdV3) RequestTimeout() time.Duration {
 	return e.Timeout
 }
 
+// MaxResponseBytes is the largest response the operator takes from a
+// tenant's etcd, against the client's default of 2 GiB (four times the
+// operator's memory limit): gRPC refuses a longer message before it
+// allocates it. It is five times etcd's own largest request (1.5 MiB), so
+// that a page of a scan holds several of the largest values kube-apiserver
+// can store; Scan reads pages that do not fit again, smaller.
+const MaxResponseBytes = 8 << 20
+
 // Client opens a client of endpoints; the caller closes it.
 func (e EtcdV3) Client(endpoints []string, tlsConfig *tls.Config) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		TLS:         tlsConfig,
-		DialTimeout: e.RequestTimeout(),
+		Endpoints:          endpoints,
+		TLS:                tlsConfig,
+		DialTimeout:        e.RequestTimeout(),
+		MaxCallRecvMsgSize: MaxResponseBytes,
 		// The client's own logger would print every failed dial.
 		Logger: zap.NewNop(),
 	})
@@ -57,7 +69,7 @@ func (e EtcdV3) Check(ctx context.Context, endpoints []string, tlsConfig *tls.Co
 	for _, ep := range endpoints {
 		cli, err := e.Client([]string{ep}, tlsConfig)
 		if err != nil {
-			return fmt.Errorf("connecting to etcd %s: %w", ep, err)
+			return &Unreachable{Endpoint: ep, Err: err}
 		}
 		reqCtx, cancel := context.WithTimeout(ctx, e.RequestTimeout())
 		_, err = cli.Status(reqCtx, ep)
@@ -71,16 +83,33 @@ func (e EtcdV3) Check(ctx context.Context, endpoints []string, tlsConfig *tls.Co
 }
 
 // Unreachable is the error of Check: the first endpoint that did not
-// answer.
+// answer. Its message does not say why: the endpoints are the spec's, and
+// telling a refused connection from a timeout or a TLS failure would let
+// whoever writes a spec map which addresses of the management network
+// answer. Detail has the cause, for the operator's log.
 type Unreachable struct {
 	Endpoint string
 	Err      error
 }
 
 func (e *Unreachable) Error() string {
+	return fmt.Sprintf("etcd %s did not answer (the operator's log has the cause)", e.Endpoint)
+}
+
+// Detail is the message with the cause.
+func (e *Unreachable) Detail() string {
 	return fmt.Sprintf("etcd %s did not answer: %v", e.Endpoint, e.Err)
 }
 func (e *Unreachable) Unwrap() error { return e.Err }
+
+// Detail is err's message with its cause, for the operator's log.
+func Detail(err error) string {
+	var u *Unreachable
+	if errors.As(err, &u) {
+		return u.Detail()
+	}
+	return err.Error()
+}
 
 // UnreachableEndpoint is the endpoint err names: "" for no error, the whole
 // message for an error of another kind.
@@ -130,14 +159,22 @@ func (e EtcdV3) Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Con
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	from := prefix
 	var rev int64
+	page := int64(scanPage)
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(scanPage)}
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(page)}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
 		reqCtx, cancel := context.WithTimeout(ctx, e.RequestTimeout())
 		resp, err := cli.Get(reqCtx, from, opts...)
 		cancel()
+		if status.Code(err) == codes.ResourceExhausted {
+			if page > 1 {
+				page = max(page/4, 1) // large values: smaller pages from here on
+				continue
+			}
+			return fmt.Errorf("reading the keys under %s in etcd %v: a value at or after key %q is larger than %d MiB, more than kube-apiserver stores: not read", prefix, endpoints, strings.TrimSuffix(from, "\x00"), MaxResponseBytes>>20)
+		}
 		if err != nil {
 			return fmt.Errorf("reading the keys under %s in etcd %v: %w", prefix, endpoints, err)
 		}

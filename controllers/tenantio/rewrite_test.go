@@ -23,7 +23,7 @@ type recordingAPI struct {
 func (a *recordingAPI) Resources(context.Context) (map[schema.GroupResource]Resource, error) {
 	return nil, nil
 }
-func (a *recordingAPI) Metrics(context.Context, string) ([]byte, error) { return nil, nil }
+func (a *recordingAPI) Metrics(context.Context, string, ...string) ([]byte, error) { return nil, nil }
 func (a *recordingAPI) Rewrite(_ context.Context, r Resource, namespace, name string) error {
 	if a.fail[name] {
 		return errors.New("conflict")
