@@ -295,7 +295,9 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("--webhook-cert-management is %q: use self or external", o.webhookCerts)
 	}
 	if o.webhooks {
-		validators := validatorpool.NewPool(o.validatorDir)
+		// Its own directory under /tmp (an emptyDir with a size limit):
+		// emptied at start of what a killed process left.
+		validators := validatorpool.NewPool(o.validatorDir, validatorpool.WorkDir(filepath.Join(os.TempDir(), "validators")))
 		if len(validators.Versions()) == 0 {
 			setupLog.Info("No kube-apiserver validator found: admission will refuse every ApiServerConfig of a bundled version", "validatorDir", o.validatorDir)
 		}

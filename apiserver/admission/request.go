@@ -201,5 +201,6 @@ func ValidationRequest(c *apiserver.Completed, podIP string) (validatorpool.Requ
 	if podIP == "" {
 		podIP = DefaultPodIP
 	}
-	return validatorpool.Request{Args: objs.Args, Files: files, Env: map[string]string{apiserver.PodIPEnv: podIP}}, nil
+	// Each namespace waits for a validator in a queue of its own.
+	return validatorpool.Request{Args: objs.Args, Files: files, Env: map[string]string{apiserver.PodIPEnv: podIP}, Queue: c.Namespace}, nil
 }

@@ -35,6 +35,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -52,6 +53,10 @@ type Request struct {
 	Files map[string][]byte `json:"files"`
 	// Env is the pod's environment, for $(VAR) references in Args.
 	Env map[string]string `json:"env,omitempty"`
+	// Queue is whose request it is (a namespace): when requests wait for
+	// a validator, the queues take turns, so that a stream of requests
+	// from one queue delays another's by a turn at most. Not judged.
+	Queue string `json:"-"`
 }
 
 // Problem is one reason kube-apiserver would refuse to start.
@@ -117,10 +122,15 @@ type Pool struct {
 	// supplied to its validators (see loopbackFile), in loopbackDir.
 	loopback    map[string]func() string
 	loopbackDir string
+	// workDir holds the validators' files (see WorkDir); ownWorkDir: the
+	// pool made it, and removes it when it closes.
+	workDir    string
+	ownWorkDir bool
 
 	// busy bounds the processes judging at once: each takes about 100 MiB
-	// and a core while it judges; more requests wait their turn.
-	busy chan struct{}
+	// and a core while it judges; more requests wait their turn, queue by
+	// queue.
+	busy *fairSlots
 }
 
 // flight is one judgement under way; res is set (when it succeeded) before
@@ -153,14 +163,30 @@ type Option func(*Pool)
 // show the shortcuts change no verdict judge with it.
 func Exact() Option { return func(p *Pool) { p.exact = true } }
 
+// WorkDir is the pool's own directory, which holds each validator's
+// temporary files (the pod's files it judges) and the supplied loopback
+// certificate. It is emptied when the pool starts, of what an earlier
+// process left when it was killed; a validator's files go when it ends,
+// even when it was killed. Without it, the pool makes a directory of its
+// own under the system's temporary directory.
+func WorkDir(dir string) Option { return func(p *Pool) { p.workDir = dir } }
+
 // NewPool serves the validators found in dir (files named
 // kube-apiserver-validator-<version>). Nothing is started until Warm or the
 // first request.
 func NewPool(dir string, opts ...Option) *Pool {
 	p := &Pool{dir: dir, waiting: map[string]*process{}, flights: map[string]*flight{}, loopback: map[string]func() string{},
-		busy: make(chan struct{}, Concurrency()), answers: newAnswerCache(answersKept), accepted: newAnswerCache(answersKept)}
+		busy: newFairSlots(Concurrency()), answers: newAnswerCache(answersKept), accepted: newAnswerCache(answersKept)}
 	for _, o := range opts {
 		o(p)
+	}
+	if p.workDir != "" {
+		_ = os.RemoveAll(p.workDir)
+		if err := os.MkdirAll(p.workDir, 0o700); err != nil {
+			p.workDir = "" // each validator makes its own files where the system keeps temporary ones
+		}
+	} else if d, err := os.MkdirTemp("", "kube-apiserver-validators-"); err == nil {
+		p.workDir, p.ownWorkDir = d, true
 	}
 	return p
 }
@@ -193,7 +219,7 @@ func (p *Pool) generateLoopback(version string) string {
 		return ""
 	}
 	if p.loopbackDir == "" {
-		if p.loopbackDir, err = os.MkdirTemp("", "kube-apiserver-validator-"); err != nil {
+		if p.loopbackDir, err = os.MkdirTemp(p.workDir, "loopback-"); err != nil {
 			p.loopbackDir = ""
 			return ""
 		}
@@ -254,7 +280,7 @@ func (p *Pool) Warm() {
 		env := p.env(v)
 		p.mu.Lock()
 		if p.waiting[v] == nil && !p.closed {
-			if proc, err := start(p.binary(v), env); err == nil {
+			if proc, err := start(p.binary(v), env, p.workDir); err == nil {
 				p.waiting[v] = proc
 			}
 		}
@@ -273,6 +299,9 @@ func (p *Pool) Close() {
 	}
 	if p.loopbackDir != "" {
 		_ = os.RemoveAll(p.loopbackDir)
+	}
+	if p.ownWorkDir {
+		_ = os.RemoveAll(p.workDir)
 	}
 }
 
@@ -343,12 +372,10 @@ func (p *Pool) Validate(ctx context.Context, version string, req Request) (*Resu
 // judge has a process judge req, and remembers the answer under key and,
 // if it is an acceptance, under classKey (unless empty).
 func (p *Pool) judge(ctx context.Context, version string, req Request, key, classKey string) (*Result, error) {
-	select {
-	case p.busy <- struct{}{}:
-		defer func() { <-p.busy }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for a free validator (%d judge at once): %w", cap(p.busy), ctx.Err())
+	if err := p.busy.acquire(ctx, req.Queue); err != nil {
+		return nil, fmt.Errorf("waiting for a free validator (%d judge at once): %w", p.busy.size, err)
 	}
+	defer p.busy.release()
 	p.mu.Lock()
 	proc := p.waiting[version]
 	delete(p.waiting, version)
@@ -356,7 +383,7 @@ func (p *Pool) judge(ctx context.Context, version string, req Request, key, clas
 	p.mu.Unlock()
 	if proc == nil {
 		var err error
-		if proc, err = start(p.binary(version), p.env(version)); err != nil {
+		if proc, err = start(p.binary(version), p.env(version), p.workDir); err != nil {
 			return nil, err
 		}
 	}
@@ -383,7 +410,7 @@ func (p *Pool) refill(version string) {
 	if there {
 		return
 	}
-	next, err := start(p.binary(version), p.env(version))
+	next, err := start(p.binary(version), p.env(version), p.workDir)
 	if err != nil {
 		return
 	}
@@ -411,17 +438,39 @@ type process struct {
 	readyErr error
 }
 
-func start(binary string, env []string) (*process, error) {
+// start starts a validator of binary; its temporary files go in a
+// directory of its own under workDir (unless empty), removed once it
+// exited.
+func start(binary string, env []string, workDir string) (*process, error) {
 	cmd := exec.Command(binary)
 	cmd.Env = env
+	// Once it exited (or was killed), its output is not waited for long,
+	// should anything it started hold it open.
+	cmd.WaitDelay = time.Second
+	var tmp string
+	if workDir != "" {
+		var err error
+		if tmp, err = os.MkdirTemp(workDir, "validator-"); err != nil {
+			return nil, fmt.Errorf("starting the validator %s: %w", binary, err)
+		}
+		// The last value of a variable is the one the process sees.
+		cmd.Env = append(slices.Clip(env), "TMPDIR="+tmp, "HOME="+tmp)
+	}
+	removeTmp := func() {
+		if tmp != "" {
+			_ = os.RemoveAll(tmp)
+		}
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
+		removeTmp()
 		return nil, fmt.Errorf("starting the validator %s: %w", binary, err)
 	}
 	// A pipe of our own rather than StdoutPipe, so that reaping the
 	// process never closes it under a reader.
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
+		removeTmp()
 		return nil, fmt.Errorf("starting the validator %s: %w", binary, err)
 	}
 	cmd.Stdout = stdoutW
@@ -431,12 +480,14 @@ func start(binary string, env []string) (*process, error) {
 	_ = stdoutW.Close()
 	if err != nil {
 		_ = stdoutR.Close()
+		removeTmp()
 		return nil, fmt.Errorf("starting the validator %s: %w", binary, err)
 	}
 	p := &process{cmd: cmd, stdin: stdin, stdoutFile: stdoutR, stdout: bufio.NewReader(stdoutR), stderr: stderr,
 		exited: make(chan struct{}), ready: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
+		removeTmp() // answered, failed or killed: its files go
 		close(p.exited)
 	}()
 	go func() {

@@ -2,11 +2,13 @@ package validatorpool
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -263,4 +265,117 @@ func TestEquivalent_KeepsWhatIsJudged(t *testing.T) {
 	if slices.Equal(a.Args, b.Args) {
 		t.Fatal("two http servers and one https server are one class")
 	}
+}
+
+// A namespace that sends a stream of distinct specs, each of which takes a
+// validator, delays another namespace's spec by a turn, not by the stream:
+// without turns, the other spec would wait behind every request queued
+// before it and miss its deadline, which is the flood's too (the webhook's
+// budget).
+func TestPool_AQueueFloodingTheValidatorsDelaysAnotherByATurn(t *testing.T) {
+	dir := t.TempDir()
+	fakeValidator(t, dir, `cat >/dev/null; sleep 0.1; echo '{"version":"v1.37.1","problems":[{"message":"no"}]}'`)
+	p := NewPool(dir)
+	defer p.Close()
+
+	const budget = 3 * time.Second
+	flooders := 40 * Concurrency() // 4 s of judging queued: more than the budget
+	stop := make(chan struct{})
+	done := make(chan struct{}, flooders)
+	var timedOut atomic.Int64
+	for i := range flooders {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), budget)
+				_, err := p.Validate(ctx, "v1.37.1", Request{Args: []string{fmt.Sprintf("--flood=%d-%d", i, j)}, Queue: "flood"})
+				cancel()
+				if err != nil {
+					timedOut.Add(1) // some give up waiting: the queue forgets them
+				}
+			}
+		}()
+	}
+	// The flood holds every validator and a queue of waiters.
+	waitFor(t, func() bool {
+		p.busy.mu.Lock()
+		defer p.busy.mu.Unlock()
+		return len(p.busy.waiting["flood"]) >= flooders-2*Concurrency()
+	})
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		start := time.Now()
+		_, err := p.Validate(ctx, "v1.37.1", Request{Args: []string{fmt.Sprintf("--mine=%d", i)}, Queue: "other"})
+		cancel()
+		if err != nil {
+			t.Fatalf("another queue's request %d, under the flood: %v", i, err)
+		}
+		t.Logf("another queue's request %d was judged in %s", i, time.Since(start).Round(time.Millisecond))
+	}
+	close(stop)
+	for range flooders {
+		<-done
+	}
+	if timedOut.Load() == 0 {
+		t.Errorf("no flooding request gave up waiting: the flood was no flood")
+	}
+	// Every slot is back: no waiter that gave up kept one.
+	p.busy.mu.Lock()
+	free, waiting := p.busy.free, len(p.busy.turns)
+	p.busy.mu.Unlock()
+	if free != Concurrency() || waiting != 0 {
+		t.Fatalf("after the flood: %d of %d slots free, %d queues waiting", free, Concurrency(), waiting)
+	}
+	// Every validator ends with the pool, before its directory goes.
+	p.Close()
+	waitFor(t, func() bool {
+		for _, f := range started(t, dir) {
+			if _, err := os.Stat("/proc/" + strings.TrimPrefix(filepath.Base(f), "started-")); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A validator that is killed (it did not answer in time) leaves no file
+// behind, and what an earlier operator process left in the work directory
+// goes when the pool starts.
+func TestPool_ValidatorFilesGoEvenWhenItIsKilled(t *testing.T) {
+	dir, work := t.TempDir(), filepath.Join(t.TempDir(), "validators")
+	stale := filepath.Join(work, "validator-from-a-killed-operator")
+	if err := os.MkdirAll(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale, "pod-file"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The validator writes the pod's files where TMPDIR says, then hangs.
+	fakeValidator(t, dir, `echo files > "$TMPDIR/pod-file"; touch `+dir+`/wrote-$$; sleep 30`)
+	p := NewPool(dir, WorkDir(work))
+	defer p.Close()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("what an earlier process left is still there: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := p.Validate(ctx, "v1.37.1", Request{}); err == nil {
+		t.Fatal("a validator that hangs answered")
+	}
+	wrote, _ := filepath.Glob(filepath.Join(dir, "wrote-*"))
+	if len(wrote) == 0 {
+		t.Fatal("the validator did not get to write its files: the test proves nothing")
+	}
+	// Only the next validator, waiting for its request, has files now:
+	// it hangs too, once it has written them.
+	p.Close()
+	waitFor(t, func() bool {
+		left, _ := filepath.Glob(filepath.Join(work, "validator-*", "pod-file"))
+		return len(left) == 0
+	})
 }
