@@ -86,7 +86,9 @@ type options struct {
 	webhookHost          string
 	webhookPort          int
 	nodePortRange        string
-	stallAfter           time.Duration
+	// allowedImages and allowedClasses are nil unless their flag is given.
+	allowedImages, allowedClasses []string
+	stallAfter                    time.Duration
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -139,6 +141,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&o.nodePortRange, "management-node-port-range", webhooks.DefaultManagementNodePortRange,
 		"The management cluster's --service-node-port-range: admission refuses a spec.serving.service.nodePort outside it (no API tells it, and a dry run does not check it).")
+	fs.Func("allowed-image-repositories",
+		"Comma-separated repositories spec.image may name: an entry ending with / admits every image under it, any other that repository with any tag or digest; images are matched as written, registry included. The image runs with the tenant's service-account signing key and etcd client key. Default: the directory of --apiserver-image-repository. Checked when a spec sets or changes the image.",
+		func(v string) error { o.allowedImages = splitList(v); return nil })
+	fs.Func("allowed-priority-classes",
+		"Comma-separated priority classes spec.priorityClassName may name (empty: none). Default: any class but the system's own (system-*). Checked when a spec sets or changes the class.",
+		func(v string) error { o.allowedClasses = splitList(v); return nil })
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+validatorpool.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
 	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
@@ -306,7 +314,11 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		defer validators.Close()
 		// The tenants' pods run on the manager's pod network: their
 		// --advertise-address has the family of the manager's own IP.
-		judge := admission.Admission{Validator: validators, PodIP: os.Getenv("POD_IP")}
+		gates := &admission.Gates{ImageRepositories: o.allowedImages, PriorityClasses: o.allowedClasses}
+		if gates.ImageRepositories == nil {
+			gates.ImageRepositories = admission.DefaultImageRepositories(o.imageRepository)
+		}
+		judge := admission.Admission{Validator: validators, PodIP: os.Getenv("POD_IP"), Gates: gates}
 		if err := webhooks.SetupWithManager(mgr, judge, o.nodePortRange); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)
 		}
@@ -354,4 +366,16 @@ func drain(ctx context.Context, delay time.Duration, stopping *atomic.Bool) cont
 		stop()
 	}()
 	return drained
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries:
+// "" is the empty list, not nil.
+func splitList(v string) []string {
+	out := []string{}
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }

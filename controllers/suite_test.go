@@ -61,7 +61,7 @@ func run(m *testing.M) (int, error) {
 	}
 	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
-	if err := webhooks.SetupWithManager(mgr, admission.Admission{Validator: validators}, ""); err != nil {
+	if err := webhooks.SetupWithManager(mgr, admission.Admission{Validator: validators, Gates: &admission.Gates{ImageRepositories: admission.DefaultImageRepositories(apiserver.DefaultImageRepository)}}, ""); err != nil {
 		return 0, err
 	}
 	reconciler = &ApiServerConfigReconciler{

@@ -829,19 +829,23 @@ type PKIRetention string
 // CertificatesSpec configures the generated PKI.
 // +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.caValidity) || duration(self.validity) < duration(self.caValidity)",fieldPath=".validity",message="validity must be shorter than caValidity"
 type CertificatesSpec struct {
-	// Validity of leaf certificates (serving, clients).
+	// Validity of leaf certificates (serving, clients, the admin's), at
+	// most a year: nothing but a CA rotation revokes one.
 	// +kubebuilder:default="8760h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h')",message="must be at least 1h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (a year): nothing but a CA rotation revokes a certificate, the admin's system:masters one included"
 	// +optional
 	Validity *metav1.Duration `json:"validity,omitempty"`
 
-	// CAValidity of the generated certificate authorities.
+	// CAValidity of the generated certificate authorities, at most ten
+	// years.
 	// +kubebuilder:default="87600h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('24h')",message="must be at least 24h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('87600h')",message="must be at most 87600h (ten years)"
 	// +optional
 	CAValidity *metav1.Duration `json:"caValidity,omitempty"`
 

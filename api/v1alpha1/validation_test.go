@@ -137,6 +137,8 @@ func TestApiServerConfig_RejectsInvalidSpecsAtAdmission(t *testing.T) {
 		{"watch cache disabled twice for a resource", `{"spec":{"cacheSizing":{"disabledResources":[{"group":"","resource":"events"},{"group":"","resource":"events"}]}}}`, "spec.cacheSizing.disabledResources", "listed once"},
 		// certificates
 		{"leaf validity beyond CA validity", `{"spec":{"certificates":{"validity":"87600h","caValidity":"8760h"}}}`, "spec.certificates.validity", "shorter than caValidity"},
+		{"leaf validity beyond a year", `{"spec":{"certificates":{"validity":"8761h"}}}`, "spec.certificates.validity", "must be at most 8760h (a year)"},
+		{"CA validity beyond ten years", `{"spec":{"certificates":{"caValidity":"87601h"}}}`, "spec.certificates.caValidity", "must be at most 87600h (ten years)"},
 		{"renewal at 99 percent", `{"spec":{"certificates":{"renewalPercent":99}}}`, "spec.certificates.renewalPercent", "less than or equal to 95"},
 		{"unknown key algorithm", `{"spec":{"certificates":{"keyAlgorithm":"DSA"}}}`, "spec.certificates.keyAlgorithm", "Unsupported value"},
 		// extra args, feature gates, runtime config

@@ -30,6 +30,9 @@ type Admission struct {
 	// (the operator's own pod IP): its family is the one their
 	// --advertise-address has. Empty means DefaultPodIP.
 	PodIP string
+	// Gates open the fields that grant power beyond the tenant. Nil checks
+	// none: `render` does not know the platform's operator configuration.
+	Gates *Gates
 }
 
 // Admit judges cfg, an update of old (nil for a create): the checks
@@ -41,6 +44,9 @@ func (a Admission) Admit(ctx context.Context, old, cfg *v1alpha1.ApiServerConfig
 	if old != nil {
 		// An upgrade's "removed in" replaces "unknown" on the same field.
 		errs = replaceByField(errs, apiserver.ValidateUpdate(old, cfg))
+	}
+	if a.Gates != nil {
+		errs = append(errs, a.Gates.Check(old, cfg)...)
 	}
 	if len(errs) > 0 {
 		return errs, warnings

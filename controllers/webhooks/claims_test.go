@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
 func testNamespace(t *testing.T, prefix string) string {
@@ -143,5 +144,20 @@ func TestApiServerConfigValidator_RefusesAnEtcdPrefixThatAnotherTenantsOverlaps(
 		if err := env.Client.Create(ctx, cfg); err != nil {
 			t.Errorf("%s was refused: %v", cfg.Name, err)
 		}
+	}
+}
+
+func TestApiServerConfigValidator_RefusesAnImageFromOutsideTheAdmittedRepositories(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t, "image-")
+	image := func(ref string) func(*v1alpha1.ApiServerConfigSpec) {
+		return func(s *v1alpha1.ApiServerConfigSpec) { s.Image = ref }
+	}
+	err := env.Client.Create(ctx, newConfig(ns, "elsewhere", image("evil.example.com/kube-apiserver:v1.37.1")))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.image: Forbidden") || !strings.Contains(err.Error(), "localhost/apiserver-operator/") {
+		t.Fatalf("want the image refused, naming the admitted repositories, got %v", err)
+	}
+	if err := env.Client.Create(ctx, newConfig(ns, "bundled", image(apiserver.DefaultImageRepository+":v1.37.1"))); err != nil {
+		t.Fatalf("the bundled image was refused: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
@@ -48,7 +49,7 @@ func run(m *testing.M) (int, error) {
 	cached = mgr.GetClient()
 	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
-	if err := SetupWithManager(mgr, admission.Admission{Validator: validators}, ""); err != nil {
+	if err := SetupWithManager(mgr, admission.Admission{Validator: validators, Gates: &admission.Gates{ImageRepositories: admission.DefaultImageRepositories(apiserver.DefaultImageRepository)}}, ""); err != nil {
 		return 0, err
 	}
 	return env.RunManager(m, mgr)

@@ -1,0 +1,91 @@
+package admission
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+// Gates are the fields that grant power beyond the tenant's own apiserver,
+// opened only as far as the platform's operator configuration says. They
+// are checked when a spec sets or changes one of them: a tenant that
+// already runs keeps what it was admitted with.
+type Gates struct {
+	// ImageRepositories are where spec.image may come from: an entry that
+	// ends with "/" admits every image under it
+	// ("registry.example.com/platform/"), any other entry that repository
+	// with any tag or digest ("registry.example.com/platform/kube-apiserver").
+	// Images are matched as written: a registry is named in full. The
+	// image receives the tenant's service-account signing key and etcd
+	// client key. Empty admits no spec.image.
+	ImageRepositories []string
+	// PriorityClasses are the classes spec.priorityClassName may name; nil
+	// admits any class but the system's own (system-node-critical,
+	// system-cluster-critical and any other system- class), which would
+	// let a tenant's apiservers preempt the platform's pods.
+	PriorityClasses []string
+}
+
+// DefaultImageRepositories admits the images beside imageRepository, the
+// operator's bundled kube-apiserver repository: its registry path.
+func DefaultImageRepositories(imageRepository string) []string {
+	if i := strings.LastIndex(imageRepository, "/"); i >= 0 {
+		return []string{imageRepository[:i+1]}
+	}
+	return []string{imageRepository}
+}
+
+// Check refuses the gated fields of cfg that old (nil for a create) did
+// not have and the gates do not admit.
+func (g Gates) Check(old, cfg *v1alpha1.ApiServerConfig) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
+	if image := cfg.Spec.Image; image != "" && (old == nil || old.Spec.Image != image) && !g.imageAdmitted(image) {
+		errs = append(errs, field.Forbidden(spec.Child("image"), fmt.Sprintf(
+			"%s is not under a repository the operator admits images from (%s): the image runs with the tenant's service-account signing key and etcd client key; use one of them, leave image out for the bundled kube-apiserver, or ask the platform to add the repository to the operator's --allowed-image-repositories",
+			image, strings.Join(g.ImageRepositories, ", "))))
+	}
+	if class := cfg.Spec.PriorityClassName; class != "" && (old == nil || old.Spec.PriorityClassName != class) && !g.classAdmitted(class) {
+		admitted := "any class but the system's own (system-)"
+		if g.PriorityClasses != nil {
+			admitted = strings.Join(g.PriorityClasses, ", ")
+			if admitted == "" {
+				admitted = "none"
+			}
+		}
+		errs = append(errs, field.Forbidden(spec.Child("priorityClassName"), fmt.Sprintf(
+			"the operator admits the priority classes %s: a class above the platform's pods would let the tenant's apiservers preempt them; ask the platform to add %s to the operator's --allowed-priority-classes",
+			admitted, class)))
+	}
+	return errs
+}
+
+func (g Gates) imageAdmitted(image string) bool {
+	for _, r := range g.ImageRepositories {
+		switch {
+		case r == "":
+		case strings.HasSuffix(r, "/"):
+			if strings.HasPrefix(image, r) {
+				return true
+			}
+		case image == r || strings.HasPrefix(image, r+":") || strings.HasPrefix(image, r+"@"):
+			return true
+		}
+	}
+	return false
+}
+
+func (g Gates) classAdmitted(class string) bool {
+	if g.PriorityClasses == nil {
+		return !strings.HasPrefix(class, "system-")
+	}
+	for _, c := range g.PriorityClasses {
+		if c == class {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,53 @@
+package admission
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+)
+
+func TestGates(t *testing.T) {
+	gates := Gates{ImageRepositories: DefaultImageRepositories("registry.example.com/platform/kube-apiserver")}
+	gates.ImageRepositories = append(gates.ImageRepositories, "mirror.example.com/kube-apiserver")
+	with := func(image, class string) *v1alpha1.ApiServerConfig {
+		return &v1alpha1.ApiServerConfig{Spec: v1alpha1.ApiServerConfigSpec{Image: image, PriorityClassName: class}}
+	}
+	for _, tc := range []struct {
+		name    string
+		gates   Gates
+		old     *v1alpha1.ApiServerConfig
+		cfg     *v1alpha1.ApiServerConfig
+		refused string // the field, "" when admitted
+	}{
+		{"no image: the bundled one", gates, nil, with("", ""), ""},
+		{"under the operator's registry path", gates, nil, with("registry.example.com/platform/kube-apiserver:v1.37.1", ""), ""},
+		{"another image there", gates, nil, with("registry.example.com/platform/patched-apiserver@sha256:0123", ""), ""},
+		{"a listed repository, by tag", gates, nil, with("mirror.example.com/kube-apiserver:v1.37.1", ""), ""},
+		{"a listed repository, by digest", gates, nil, with("mirror.example.com/kube-apiserver@sha256:0123", ""), ""},
+		{"another registry", gates, nil, with("evil.example.com/kube-apiserver:v1.37.1", ""), "spec.image"},
+		{"a registry whose name starts like an admitted one", gates, nil, with("registry.example.com/platform-evil/x:1", ""), "spec.image"},
+		{"a repository that starts like a listed one", gates, nil, with("mirror.example.com/kube-apiserver-evil:1", ""), "spec.image"},
+		{"no registry named", gates, nil, with("kube-apiserver:v1.37.1", ""), "spec.image"},
+		{"an image admitted before is kept", gates, with("evil.example.com/x:1", ""), with("evil.example.com/x:1", ""), ""},
+		{"a change to another is judged", gates, with("evil.example.com/x:1", ""), with("evil.example.com/x:2", ""), "spec.image"},
+		{"no repository admitted", Gates{}, nil, with("registry.example.com/platform/kube-apiserver:v1.37.1", ""), "spec.image"},
+		{"any class by default", gates, nil, with("", "tenant-high"), ""},
+		{"not the system's", gates, nil, with("", "system-cluster-critical"), "spec.priorityClassName"},
+		{"a listed class", Gates{PriorityClasses: []string{"tenants"}}, nil, with("", "tenants"), ""},
+		{"another class than those listed", Gates{PriorityClasses: []string{"tenants"}}, nil, with("", "tenant-high"), "spec.priorityClassName"},
+		{"none listed", Gates{PriorityClasses: []string{}}, nil, with("", "tenants"), "spec.priorityClassName"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := tc.gates.Check(tc.old, tc.cfg)
+			switch {
+			case tc.refused == "" && len(errs) > 0:
+				t.Fatalf("refused: %v", errs)
+			case tc.refused != "" && (len(errs) != 1 || errs[0].Field != tc.refused):
+				t.Fatalf("want %s refused, got %v", tc.refused, errs)
+			case tc.refused != "" && !strings.Contains(errs[0].Error(), "--allowed-"):
+				t.Fatalf("the refusal does not say which operator flag admits more: %v", errs)
+			}
+		})
+	}
+}
