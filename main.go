@@ -73,19 +73,21 @@ type options struct {
 	webhookSecret        string
 	webhookService       string
 	webhookConfiguration string
-	imageRepository      string
-	etcdDialerImage      string
-	concurrency          int
-	pprofAddr            string
-	metricsCertDir       string
-	zap                  zap.Options
-	leaderElectionID     string
-	watchNamespaceFilter string
-	watchFilter          string
-	validatorDir         string
-	webhookHost          string
-	webhookPort          int
-	nodePortRange        string
+	// mutatingWebhookConfiguration: see --mutating-webhook-configuration.
+	mutatingWebhookConfiguration string
+	imageRepository              string
+	etcdDialerImage              string
+	concurrency                  int
+	pprofAddr                    string
+	metricsCertDir               string
+	zap                          zap.Options
+	leaderElectionID             string
+	watchNamespaceFilter         string
+	watchFilter                  string
+	validatorDir                 string
+	webhookHost                  string
+	webhookPort                  int
+	nodePortRange                string
 	// allowedImages and allowedClasses are nil unless their flag is given.
 	allowedImages, allowedClasses []string
 	stallAfter                    time.Duration
@@ -122,7 +124,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.StringVar(&o.etcdDialerImage, "etcd-dialer-image", apiserver.DefaultEtcdDialerImage,
 		"Image of the etcd dialer, the sidecar through which each kube-apiserver reaches etcd: it holds kube-apiserver's connection while etcd is down, so that kube-apiserver serves again within moments of etcd's return.")
 	fs.BoolVar(&o.webhooks, "webhooks", true,
-		"Serve the validating admission webhook; turn off only where no ValidatingWebhookConfiguration points at this manager.")
+		"Serve the admission webhooks; turn off only where no webhook configuration points at this manager.")
 	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 1500*time.Millisecond,
 		"How long the webhook keeps serving after SIGTERM, its readiness failing meanwhile, so that the webhook Service stops sending it requests before it stops listening. Within the 2 s kubelet grants a forcibly deleted pod.")
 	fs.DurationVar(&o.etcdWatchInterval, "etcd-watch-interval", controllers.DefaultEtcdWatchInterval,
@@ -137,6 +139,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Service, in the manager's namespace, through which kube-apiserver calls the webhook.")
 	fs.StringVar(&o.webhookConfiguration, "webhook-configuration", "apiserver-operator-validating-webhook-configuration",
 		"ValidatingWebhookConfiguration whose caBundle the manager keeps with self-managed certificates.")
+	fs.StringVar(&o.mutatingWebhookConfiguration, "mutating-webhook-configuration", "apiserver-operator-mutating-webhook-configuration",
+		"MutatingWebhookConfiguration whose caBundle the manager keeps with self-managed certificates; empty for none.")
 	fs.StringVar(&o.webhookHost, "webhook-bind-host", "", "Address the webhook server binds to; all addresses when empty.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&o.nodePortRange, "management-node-port-range", webhooks.DefaultManagementNodePortRange,
@@ -290,7 +294,8 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		}
 		certs := &webhooks.Certificates{
 			Client: direct, Clock: clock.RealClock{}, Namespace: namespace, ServiceName: o.webhookService,
-			SecretName: o.webhookSecret, WebhookConfiguration: o.webhookConfiguration, CertDir: o.webhookCertDir,
+			SecretName: o.webhookSecret, WebhookConfiguration: o.webhookConfiguration, MutatingWebhookConfiguration: o.mutatingWebhookConfiguration,
+			CertDir: o.webhookCertDir,
 		}
 		// The files must exist before the webhook server starts.
 		if _, err := certs.Ensure(ctx); err != nil {

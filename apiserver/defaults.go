@@ -10,6 +10,25 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
 
+// SetCreateDefaults sets what a new ApiServerConfig keeps in its spec from
+// its creation on (the mutating webhook writes it; render shows it), unlike
+// the defaults of SetDefaults, which each completion applies again:
+// spec.etcd.prefix, when none is given, is a prefix of the tenant's own
+// (NewTenantEtcdPrefix), so that tenants that share an etcd never share
+// keys by default. ApiServerConfigs created before keep the prefix they
+// had: /registry, the default then (SetDefaults gives it to a spec with
+// none, as the CRD did).
+func SetCreateDefaults(cfg *v1alpha1.ApiServerConfig) {
+	if cfg.Spec.Etcd.Prefix == "" {
+		cfg.Spec.Etcd.Prefix = NewTenantEtcdPrefix(cfg.Namespace, cfg.Name)
+	}
+}
+
+// NewTenantEtcdPrefix is the etcd prefix of a new tenant that names none.
+func NewTenantEtcdPrefix(namespace, name string) string {
+	return "/tenants/" + namespace + "/" + name
+}
+
 // SetDefaults fills unset fields of spec with the defaults that the CRD's
 // schema applies on admission. The operator normally reads objects that the
 // API server has already defaulted; this makes the same spec complete when it

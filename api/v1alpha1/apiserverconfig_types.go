@@ -231,8 +231,10 @@ type EtcdSpec struct {
 
 	// Prefix is the key prefix of this apiserver's data in etcd
 	// (--etcd-prefix). Several control planes can share an etcd cluster
-	// with different prefixes.
-	// +kubebuilder:default="/registry"
+	// with prefixes that are neither within nor above each other's
+	// (admission refuses an overlap). A new ApiServerConfig without one
+	// gets /tenants/<namespace>/<name> from the operator's webhook; one
+	// created before that default keeps /registry, the default then.
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:Pattern=`^/[A-Za-z0-9._/-]*$`
 	// +optional

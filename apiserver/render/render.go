@@ -159,6 +159,8 @@ func admit(manifest, crdYAML []byte, judge admission.Admission) (*v1alpha1.ApiSe
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cfg); err != nil {
 		return nil, fmt.Errorf("reading the manifest: %w", err)
 	}
+	// What the operator's mutating webhook gives a new ApiServerConfig.
+	apiserver.SetCreateDefaults(cfg)
 	if errs, warnings := judge.Admit(context.Background(), nil, cfg); len(errs) > 0 {
 		return nil, invalid(cfg.Name, errs)
 	} else if len(warnings) > 0 {

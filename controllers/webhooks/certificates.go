@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -18,13 +19,13 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;patch
 
 // Certificates keeps the admission webhook's serving certificate
 // without cert-manager: a CA and a certificate for the webhook Service in a
 // Secret of the operator's namespace (shared by every replica), the files
 // in the webhook server's certificate directory, and the CA in the
-// caBundle of the ValidatingWebhookConfiguration. The certificate is
+// caBundle of the webhook configurations. The certificate is
 // renewed at 80% of its validity; the webhook server reloads the files.
 type Certificates struct {
 	// Client must read without a cache: this runs before the manager's
@@ -36,8 +37,10 @@ type Certificates struct {
 	Namespace   string
 	ServiceName string
 	SecretName  string
-	// WebhookConfiguration is the name of the ValidatingWebhookConfiguration.
-	WebhookConfiguration string
+	// WebhookConfiguration is the name of the ValidatingWebhookConfiguration,
+	// MutatingWebhookConfiguration the name of the mutating one (none when
+	// empty).
+	WebhookConfiguration, MutatingWebhookConfiguration string
 	// CertDir is the webhook server's certificate directory.
 	CertDir string
 }
@@ -151,17 +154,40 @@ func (w *Certificates) writeFiles(secret *corev1.Secret) error {
 	return nil
 }
 
-// patchCABundle sets the CA in every webhook of the configuration.
+// patchCABundle sets the CA in every webhook of the configurations.
 func (w *Certificates) patchCABundle(ctx context.Context, ca []byte) error {
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := w.Client.Get(ctx, client.ObjectKey{Name: w.WebhookConfiguration}, cfg); err != nil {
-		return fmt.Errorf("reading ValidatingWebhookConfiguration %s (install config/default, or run with --webhooks=false): %w", w.WebhookConfiguration, err)
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := w.setCABundle(ctx, w.WebhookConfiguration, validating, ca, func() []*admissionregistrationv1.WebhookClientConfig {
+		var out []*admissionregistrationv1.WebhookClientConfig
+		for i := range validating.Webhooks {
+			out = append(out, &validating.Webhooks[i].ClientConfig)
+		}
+		return out
+	}); err != nil || w.MutatingWebhookConfiguration == "" {
+		return err
 	}
-	patch := client.MergeFromWithOptions(cfg.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	return w.setCABundle(ctx, w.MutatingWebhookConfiguration, mutating, ca, func() []*admissionregistrationv1.WebhookClientConfig {
+		var out []*admissionregistrationv1.WebhookClientConfig
+		for i := range mutating.Webhooks {
+			out = append(out, &mutating.Webhooks[i].ClientConfig)
+		}
+		return out
+	})
+}
+
+// setCABundle reads the webhook configuration name into cfg and patches
+// ca into every client configuration clients returns.
+func (w *Certificates) setCABundle(ctx context.Context, name string, cfg client.Object, ca []byte, clients func() []*admissionregistrationv1.WebhookClientConfig) error {
+	kind := strings.TrimPrefix(fmt.Sprintf("%T", cfg), "*v1.")
+	if err := w.Client.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
+		return fmt.Errorf("reading %s %s (install config/default, or run with --webhooks=false): %w", kind, name, err)
+	}
+	patch := client.MergeFromWithOptions(cfg.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	changed := false
-	for i := range cfg.Webhooks {
-		if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, ca) {
-			cfg.Webhooks[i].ClientConfig.CABundle = ca
+	for _, c := range clients() {
+		if !bytes.Equal(c.CABundle, ca) {
+			c.CABundle = ca
 			changed = true
 		}
 	}
@@ -169,7 +195,7 @@ func (w *Certificates) patchCABundle(ctx context.Context, ca []byte) error {
 		return nil
 	}
 	if err := w.Client.Patch(ctx, cfg, patch); err != nil {
-		return fmt.Errorf("setting the caBundle of ValidatingWebhookConfiguration %s: %w", w.WebhookConfiguration, err)
+		return fmt.Errorf("setting the caBundle of %s %s: %w", kind, name, err)
 	}
 	return nil
 }

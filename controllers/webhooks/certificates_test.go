@@ -44,10 +44,26 @@ func TestCertificates_IssuesPublishesAndRenews(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, cfg) })
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "webhook-certs-mutating-" + ns},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "m.example.dev",
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             &none,
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+				Namespace: ns, Name: "webhook-service", Path: ptr.To("/mutate"),
+			}},
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"never": "matches"}},
+		}},
+	}
+	if err := env.Client.Create(ctx, mutating); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, mutating) })
 
 	clock := clocktesting.NewFakePassiveClock(time.Now())
 	w := &Certificates{Client: env.Client, Clock: clock, Namespace: ns, ServiceName: "webhook-service",
-		SecretName: "webhook-cert", WebhookConfiguration: cfg.Name, CertDir: t.TempDir()}
+		SecretName: "webhook-cert", WebhookConfiguration: cfg.Name, MutatingWebhookConfiguration: mutating.Name, CertDir: t.TempDir()}
 	renewAt, err := w.Ensure(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +75,13 @@ func TestCertificates_IssuesPublishesAndRenews(t *testing.T) {
 			t.Fatal(err)
 		}
 		bundle := current.Webhooks[0].ClientConfig.CABundle
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(mutating), m); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(m.Webhooks[0].ClientConfig.CABundle, bundle) {
+			t.Fatal("the mutating webhook configuration's caBundle is not the validating one's")
+		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(bundle) {
 			t.Fatal("the webhook configuration has no caBundle")

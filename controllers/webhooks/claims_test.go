@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -159,5 +161,66 @@ func TestApiServerConfigValidator_RefusesAnImageFromOutsideTheAdmittedRepositori
 	}
 	if err := env.Client.Create(ctx, newConfig(ns, "bundled", image(apiserver.DefaultImageRepository+":v1.37.1"))); err != nil {
 		t.Fatalf("the bundled image was refused: %v", err)
+	}
+}
+
+func TestApiServerConfigDefaulter_ANewTenantGetsAnEtcdPrefixOfItsOwnAndKeepsIt(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t, "prefix-")
+	unprefixed := func(name string) *v1alpha1.ApiServerConfig {
+		return newConfig(ns, name, func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Prefix = "" })
+	}
+	// Two tenants on one etcd, neither naming a prefix: both admitted.
+	a, b := unprefixed("a"), unprefixed("b")
+	for _, cfg := range []*v1alpha1.ApiServerConfig{a, b} {
+		createWhenCached(t, cfg)
+		if want := "/tenants/" + ns + "/" + cfg.Name; cfg.Spec.Etcd.Prefix != want {
+			t.Fatalf("%s got the prefix %q, want %q", cfg.Name, cfg.Spec.Etcd.Prefix, want)
+		}
+	}
+	// Replacing it with its manifest (kubectl replace, an update that
+	// names no prefix) keeps it, rather than having the change of an
+	// immutable field refused.
+	replaced := unprefixed("a")
+	replaced.ResourceVersion = a.ResourceVersion
+	replaced.Spec.MasterCount = ptr.To[int32](2)
+	if err := env.Client.Update(ctx, replaced); err != nil {
+		t.Fatalf("replacing a with its manifest: %v", err)
+	}
+	if replaced.Spec.Etcd.Prefix != "/tenants/"+ns+"/a" || *replaced.Spec.MasterCount != 2 {
+		t.Fatalf("after the replace: prefix %q, masterCount %d", replaced.Spec.Etcd.Prefix, *replaced.Spec.MasterCount)
+	}
+	// A server-side apply of the manifest (a GitOps tool's sync) keeps it
+	// too: the webhook's value belongs to no field manager.
+	manifest := unprefixed("a")
+	manifest.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ApiServerConfig"}
+	manifest.Spec.MasterCount = ptr.To[int32](3)
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), client.FieldOwner("gitops"), client.ForceOwnership); err != nil {
+		t.Fatalf("applying the manifest: %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Spec.Etcd.Prefix != "/tenants/"+ns+"/a" || *a.Spec.MasterCount != 3 {
+		t.Fatalf("after the apply: prefix %q, masterCount %d", a.Spec.Etcd.Prefix, *a.Spec.MasterCount)
+	}
+	// generateName: the name comes after admission; the prefix is unique
+	// all the same.
+	var prefixes []string
+	for range 2 {
+		g := unprefixed("")
+		g.GenerateName = "gen-"
+		createWhenCached(t, g)
+		if !strings.HasPrefix(g.Spec.Etcd.Prefix, "/tenants/"+ns+"/gen-") {
+			t.Fatalf("a generated name's tenant got the prefix %q", g.Spec.Etcd.Prefix)
+		}
+		prefixes = append(prefixes, g.Spec.Etcd.Prefix)
+	}
+	if prefixes[0] == prefixes[1] {
+		t.Fatalf("two tenants of generated names got the same prefix %s", prefixes[0])
 	}
 }

@@ -60,6 +60,7 @@ func SetupWithManager(mgr ctrl.Manager, a apiadmission.Admission, nodePorts stri
 		return fmt.Errorf("indexing the ApiServerConfigs by their etcd keyspace: %w", err)
 	}
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.ApiServerConfig{}).
+		WithDefaulter(ApiServerConfigDefaulter{}).
 		WithValidator(ApiServerConfigValidator{Admission: a, Client: mgr.GetClient(), NodePorts: ports}).
 		Complete()
 }

@@ -36,6 +36,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -156,7 +157,7 @@ func generate(objs []*unstructured.Unstructured, o options, v semver.Version) (m
 		serviceObjs  []*unstructured.Unstructured
 		roles        = map[string]*unstructured.Unstructured{} // kind/name
 		bindings     []*unstructured.Unstructured
-		webhooks     []admissionregistrationv1.ValidatingWebhookConfiguration
+		webhooks     []webhookDef
 		samples      []map[string]any
 		scorecard    *unstructured.Unstructured
 		others       []*unstructured.Unstructured
@@ -195,13 +196,28 @@ func generate(objs []*unstructured.Unstructured, o options, v semver.Version) (m
 		case gvk.Group == rbacv1.GroupName && (gvk.Kind == "RoleBinding" || gvk.Kind == "ClusterRoleBinding"):
 			bindings = append(bindings, u)
 		case gvk.Group == admissionregistrationv1.GroupName && gvk.Kind == "ValidatingWebhookConfiguration":
-			var w admissionregistrationv1.ValidatingWebhookConfiguration
-			if err := convert(u, &w); err != nil {
+			var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+			if err := convert(u, &cfg); err != nil {
 				return nil, err
 			}
-			webhooks = append(webhooks, w)
+			for _, w := range cfg.Webhooks {
+				webhooks = append(webhooks, webhookDef{Type: v1alpha1.ValidatingAdmissionWebhook, Name: w.Name, ClientConfig: w.ClientConfig,
+					Rules: w.Rules, FailurePolicy: w.FailurePolicy, MatchPolicy: w.MatchPolicy, ObjectSelector: w.ObjectSelector,
+					SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions})
+			}
+		case gvk.Group == admissionregistrationv1.GroupName && gvk.Kind == "MutatingWebhookConfiguration":
+			var cfg admissionregistrationv1.MutatingWebhookConfiguration
+			if err := convert(u, &cfg); err != nil {
+				return nil, err
+			}
+			for _, w := range cfg.Webhooks {
+				webhooks = append(webhooks, webhookDef{Type: v1alpha1.MutatingAdmissionWebhook, Name: w.Name, ClientConfig: w.ClientConfig,
+					Rules: w.Rules, FailurePolicy: w.FailurePolicy, MatchPolicy: w.MatchPolicy, ObjectSelector: w.ObjectSelector,
+					SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions,
+					ReinvocationPolicy: w.ReinvocationPolicy})
+			}
 		case gvk.Group == admissionregistrationv1.GroupName:
-			return nil, fmt.Errorf("%s %s: only validating webhooks are translated to webhookdefinitions", gvk.Kind, u.GetName())
+			return nil, fmt.Errorf("%s %s: only validating and mutating webhooks are translated to webhookdefinitions", gvk.Kind, u.GetName())
 		case gvk.Group == o.samplesGroup:
 			samples = append(samples, u.Object)
 		case gvk.Group == "scorecard.operatorframework.io" && gvk.Kind == "Configuration":
@@ -313,8 +329,8 @@ func generate(objs []*unstructured.Unstructured, o options, v semver.Version) (m
 	// the configuration; the webhook Service of config/ is not needed.
 	webhookServices := map[string]bool{}
 	csv.Spec.WebhookDefinitions = nil
-	for _, cfg := range webhooks {
-		for _, w := range cfg.Webhooks {
+	for _, w := range webhooks {
+		{
 			svcRef := w.ClientConfig.Service
 			if svcRef == nil {
 				return nil, fmt.Errorf("webhook %s calls a URL: OLM only serves webhooks from the operator's deployment", w.Name)
@@ -337,7 +353,7 @@ func generate(objs []*unstructured.Unstructured, o options, v semver.Version) (m
 			}
 			csv.Spec.WebhookDefinitions = append(csv.Spec.WebhookDefinitions, v1alpha1.WebhookDescription{
 				GenerateName:            w.Name,
-				Type:                    v1alpha1.ValidatingAdmissionWebhook,
+				Type:                    w.Type,
 				DeploymentName:          dep,
 				ContainerPort:           port,
 				TargetPort:              target,
@@ -349,6 +365,7 @@ func generate(objs []*unstructured.Unstructured, o options, v semver.Version) (m
 				TimeoutSeconds:          w.TimeoutSeconds,
 				AdmissionReviewVersions: w.AdmissionReviewVersions,
 				WebhookPath:             svcRef.Path,
+				ReinvocationPolicy:      w.ReinvocationPolicy,
 			})
 			webhookServices[svc.Name] = true
 		}
@@ -612,4 +629,19 @@ func dockerfile(annotations map[string]string, scorecard bool, dir string) []byt
 		fmt.Fprintf(&b, "COPY %s/tests/scorecard /tests/scorecard/\n", dir)
 	}
 	return b.Bytes()
+}
+
+// webhookDef is one webhook of a validating or mutating configuration.
+type webhookDef struct {
+	Type                    v1alpha1.WebhookAdmissionType
+	Name                    string
+	ClientConfig            admissionregistrationv1.WebhookClientConfig
+	Rules                   []admissionregistrationv1.RuleWithOperations
+	FailurePolicy           *admissionregistrationv1.FailurePolicyType
+	MatchPolicy             *admissionregistrationv1.MatchPolicyType
+	ObjectSelector          *metav1.LabelSelector
+	SideEffects             *admissionregistrationv1.SideEffectClass
+	TimeoutSeconds          *int32
+	AdmissionReviewVersions []string
+	ReinvocationPolicy      *admissionregistrationv1.ReinvocationPolicyType
 }

@@ -230,24 +230,46 @@ func TestBundleMatchesConfig(t *testing.T) {
 	})
 
 	t.Run("webhook", func(t *testing.T) {
-		cfgs := ofKind[admissionregistrationv1.ValidatingWebhookConfiguration](t, config, "admissionregistration.k8s.io", "ValidatingWebhookConfiguration")
-		var want []admissionregistrationv1.ValidatingWebhook
-		for _, c := range cfgs {
-			want = append(want, c.Webhooks...)
+		// Every webhook of config/default's validating and mutating
+		// configurations, in order, as the CSV must describe it.
+		var want []v1alpha1.WebhookDescription
+		for _, u := range config {
+			switch u.GetKind() {
+			case "ValidatingWebhookConfiguration":
+				var c admissionregistrationv1.ValidatingWebhookConfiguration
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range c.Webhooks {
+					want = append(want, v1alpha1.WebhookDescription{Type: v1alpha1.ValidatingAdmissionWebhook, GenerateName: w.Name,
+						WebhookPath: w.ClientConfig.Service.Path, Rules: w.Rules, FailurePolicy: w.FailurePolicy, SideEffects: w.SideEffects,
+						TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions})
+				}
+			case "MutatingWebhookConfiguration":
+				var c admissionregistrationv1.MutatingWebhookConfiguration
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range c.Webhooks {
+					want = append(want, v1alpha1.WebhookDescription{Type: v1alpha1.MutatingAdmissionWebhook, GenerateName: w.Name,
+						WebhookPath: w.ClientConfig.Service.Path, Rules: w.Rules, FailurePolicy: w.FailurePolicy, SideEffects: w.SideEffects,
+						TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions, ReinvocationPolicy: w.ReinvocationPolicy})
+				}
+			}
 		}
 		got := b.CSV.Spec.WebhookDefinitions
-		if len(got) != len(want) {
-			t.Fatalf("CSV has %d webhookdefinitions, config/default %d webhooks", len(got), len(want))
+		if len(got) != len(want) || len(want) != 2 {
+			t.Fatalf("CSV has %d webhookdefinitions, config/default %d webhooks (want the validating and the mutating one)", len(got), len(want))
 		}
 		for i, w := range want {
 			g := got[i]
-			if g.Type != v1alpha1.ValidatingAdmissionWebhook || g.GenerateName != w.Name ||
-				g.WebhookPath == nil || w.ClientConfig.Service == nil || w.ClientConfig.Service.Path == nil ||
-				*g.WebhookPath != *w.ClientConfig.Service.Path ||
+			if g.Type != w.Type || g.GenerateName != w.GenerateName ||
+				g.WebhookPath == nil || w.WebhookPath == nil || *g.WebhookPath != *w.WebhookPath ||
 				!apiequality.Semantic.DeepEqual(g.Rules, w.Rules) ||
 				!apiequality.Semantic.DeepEqual(g.FailurePolicy, w.FailurePolicy) ||
 				!apiequality.Semantic.DeepEqual(g.SideEffects, w.SideEffects) ||
 				!apiequality.Semantic.DeepEqual(g.TimeoutSeconds, w.TimeoutSeconds) ||
+				!apiequality.Semantic.DeepEqual(g.ReinvocationPolicy, w.ReinvocationPolicy) ||
 				!slices.Equal(g.AdmissionReviewVersions, w.AdmissionReviewVersions) {
 				t.Errorf("webhookdefinition %d differs from config/default's webhook (-config +csv):\n%s", i, yamlDiff(t, w, g))
 			}
@@ -277,7 +299,7 @@ func TestBundleMatchesConfig(t *testing.T) {
 		for _, u := range config {
 			key := u.GetKind() + "/" + u.GetName()
 			switch u.GetKind() {
-			case "Namespace", "ServiceAccount", "Deployment", "RoleBinding", "ClusterRoleBinding", "ValidatingWebhookConfiguration":
+			case "Namespace", "ServiceAccount", "Deployment", "RoleBinding", "ClusterRoleBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
 				continue // OLM makes them from the CSV.
 			case "Role", "ClusterRole":
 				if bound[key] {
