@@ -37,6 +37,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 	"github.com/apiserver-operator/apiserver-operator/controllers/webhooks"
 )
@@ -261,6 +262,15 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("creating the controller manager: %w", err)
 	}
 
+	// Every ApiServerConfig, whatever this instance watches: what
+	// admission and the deletion of a tenant's data compare a tenant with.
+	tenants, err := tenantindex.New(mgr.GetConfig(), mgr.GetScheme())
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(tenants); err != nil {
+		return fmt.Errorf("adding the index of every ApiServerConfig: %w", err)
+	}
 	reconciler := &controllers.ApiServerConfigReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
@@ -274,6 +284,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		StallAfter:              o.stallAfter,
 		EtcdWatchInterval:       o.etcdWatchInterval,
 		RemovedAPIQuietPeriod:   o.removedAPIQuiet,
+		TenantIndex:             tenants,
 	}
 	if o.controllers {
 		if err := reconciler.SetupWithManager(mgr); err != nil {
@@ -324,7 +335,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			gates.ImageRepositories = admission.DefaultImageRepositories(o.imageRepository)
 		}
 		judge := admission.Admission{Validator: validators, PodIP: os.Getenv("POD_IP"), Gates: gates}
-		if err := webhooks.SetupWithManager(mgr, judge, o.nodePortRange); err != nil {
+		if err := webhooks.SetupWithManager(mgr, judge, o.nodePortRange, tenants); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)
 		}
 		// Ready only once the webhook serves, or admission would fail; not

@@ -24,6 +24,19 @@ func SetCreateDefaults(cfg *v1alpha1.ApiServerConfig) {
 	}
 }
 
+// DeletionPolicyOf is what deleting an ApiServerConfig of spec does to its
+// data and keys: spec.deletionPolicy, or what certificates.pkiRetention,
+// its former name, says.
+func DeletionPolicyOf(spec *v1alpha1.ApiServerConfigSpec) v1alpha1.DeletionPolicy {
+	switch {
+	case spec.DeletionPolicy != "":
+		return spec.DeletionPolicy
+	case spec.Certificates.PKIRetention == "Retain":
+		return v1alpha1.DeletionPolicyRetain
+	}
+	return v1alpha1.DeletionPolicyDelete
+}
+
 // NewTenantEtcdPrefix is the etcd prefix of a new tenant that names none.
 func NewTenantEtcdPrefix(namespace, name string) string {
 	return "/tenants/" + namespace + "/" + name

@@ -69,9 +69,10 @@ type Owned struct {
 	// PodDisruptionBudget.
 	Kind string
 	Name string
-	// Retainable objects outlive the ApiServerConfig with pkiRetention
-	// Retain: the CAs and the service-account key, without which a tenant
-	// created again could not trust or verify what the old one issued.
+	// Retainable objects outlive the ApiServerConfig with deletionPolicy
+	// Retain: the CAs, the service-account key and the encryption key,
+	// without which a tenant created again could not trust or verify what
+	// the old one issued, nor read what it stored.
 	Retainable bool
 }
 
@@ -120,7 +121,7 @@ func OwnedSecrets(name string) []OwnedSecret {
 }
 
 // Retainable reports whether the Secret secret of the ApiServerConfig name
-// outlives it with pkiRetention Retain.
+// outlives it with deletionPolicy Retain.
 func Retainable(name, secret string) bool {
 	for _, o := range OwnedObjects(name) {
 		if o.Kind == KindSecret && o.Name == secret {
@@ -179,11 +180,11 @@ func objectLabels(c *Completed) map[string]string {
 }
 
 // objectMeta names the object name of c. Its owner is c's ApiServerConfig
-// (deleting it deletes the object), except for what pkiRetention Retain
+// (deleting it deletes the object), except for what deletionPolicy Retain
 // keeps (see Retainable).
 func objectMeta(c *Completed, name string) metav1.ObjectMeta {
 	m := metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: objectLabels(c)}
-	if c.UID != "" && (c.Spec.Certificates.PKIRetention != "Retain" || !Retainable(c.Name, name)) {
+	if c.UID != "" && (DeletionPolicyOf(&c.Spec) != v1alpha1.DeletionPolicyRetain || !Retainable(c.Name, name)) {
 		m.OwnerReferences = []metav1.OwnerReference{{
 			APIVersion: v1alpha1.GroupVersion.String(), Kind: "ApiServerConfig", Name: c.Name, UID: c.UID,
 			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),

@@ -30,6 +30,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -104,6 +105,10 @@ type ApiServerConfigReconciler struct {
 	// must encrypt again and to read the apiservers' metrics before an
 	// upgrade (connectTenant, through the tenant's Service, when nil).
 	Tenants TenantConnector
+	// TenantIndex is every ApiServerConfig of the cluster: the deletion of
+	// a tenant's data checks there that no other tenant's keys are under
+	// its prefix. Nil deletes no data (deletionPolicy Delete then waits).
+	TenantIndex *tenantindex.Tenants
 	// RemovedAPIQuietPeriod is how long no client may have called an API
 	// the target minor removed before a held upgrade goes ahead
 	// (DefaultRemovedAPIQuietPeriod when zero).

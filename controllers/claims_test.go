@@ -153,7 +153,7 @@ func TestApiServerConfigReconciler_ATenantWhoseNamesCollideTakesNothingOfTheOthe
 	})
 
 	other := tenant(ns, "x-front-proxy", nil)
-	withoutAdmission(t, other)
+	withoutAdmission(t, ns)
 	if err := env.Client.Create(ctx, other); err != nil {
 		t.Fatal(err)
 	}
@@ -171,26 +171,37 @@ func TestApiServerConfigReconciler_ATenantWhoseNamesCollideTakesNothingOfTheOthe
 	}
 }
 
-// withoutAdmission takes the webhook configuration away until the test
-// ends, as on a cluster where the operator runs without its webhook:
-// refused, a dry run of cfg's creation that admission refuses proves that
-// it is away, and then back.
-func withoutAdmission(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
+// withoutAdmission takes the webhook configurations away until the test
+// ends, as on a cluster where the operator runs without its webhooks. A
+// dry run of a spec that admission always refuses (an image from outside
+// the admitted repositories), in ns, proves that they are away, and then
+// back.
+func withoutAdmission(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	configs := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
-	if err := env.Client.List(ctx, configs); err != nil {
-		t.Fatal(err)
+	validating := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+	mutating := &admissionregistrationv1.MutatingWebhookConfigurationList{}
+	for _, l := range []client.ObjectList{validating, mutating} {
+		if err := env.Client.List(ctx, l); err != nil {
+			t.Fatal(err)
+		}
 	}
+	probe := tenant(ns, "admission-probe", func(s *v1alpha1.ApiServerConfigSpec) { s.Image = "refused.example.com/kube-apiserver:v1" })
 	refused := func() bool {
-		err := env.Client.Create(ctx, cfg.DeepCopy(), client.DryRunAll)
-		return apierrors.IsInvalid(err)
+		return apierrors.IsInvalid(env.Client.Create(ctx, probe.DeepCopy(), client.DryRunAll))
 	}
 	if !refused() {
-		t.Fatalf("admission takes %s: the test needs a spec it refuses", cfg.Name)
+		t.Fatal("admission takes an image from outside the admitted repositories: the probe proves nothing")
 	}
-	for i := range configs.Items {
-		if err := env.Client.Delete(ctx, &configs.Items[i]); err != nil {
+	var configs []client.Object
+	for i := range validating.Items {
+		configs = append(configs, &validating.Items[i])
+	}
+	for i := range mutating.Items {
+		configs = append(configs, &mutating.Items[i])
+	}
+	for _, c := range configs {
+		if err := env.Client.Delete(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,9 +212,10 @@ func withoutAdmission(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
 		return nil
 	})
 	t.Cleanup(func() {
-		for _, c := range configs.Items {
-			c.ResourceVersion, c.UID = "", ""
-			if err := env.Client.Create(ctx, &c); err != nil {
+		for _, c := range configs {
+			c.SetResourceVersion("")
+			c.SetUID("")
+			if err := env.Client.Create(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -4,30 +4,46 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
-// reconcileDelete removes everything the operator created for cfg (the
-// garbage collector would, but not every cluster runs it promptly, and
-// Retain must orphan the CAs first), then releases the finalizer.
-func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
+// reconcileDelete removes what the operator created for cfg as its
+// deletion policy says, then releases the finalizer (the garbage collector
+// would remove the owned objects, but not every cluster runs it promptly,
+// and Retain must orphan the keys first). Delete: the apiservers stop, the
+// tenant's data goes from etcd (deleteData), then everything else; Retain:
+// the data and the Secrets that read it stay, the rest goes.
+func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(cfg, Finalizer) {
-		return nil
+		return ctrl.Result{}, nil
 	}
-	retain := cfg.Spec.Certificates.PKIRetention == "Retain"
+	retain := apiserver.DeletionPolicyOf(&cfg.Spec) == v1alpha1.DeletionPolicyRetain
+	if !retain {
+		wait, err := r.deleteData(ctx, cfg)
+		if err != nil || wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, err
+		}
+	}
 	for _, o := range apiserver.OwnedObjects(cfg.Name) {
 		obj, err := ownedObject(o.Kind)
 		if err != nil {
-			return step("Delete", err)
+			return ctrl.Result{}, step("Delete", err)
 		}
 		obj.SetNamespace(cfg.Namespace)
 		obj.SetName(o.Name)
@@ -37,15 +53,141 @@ func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1
 			err = r.deleteIfOwned(ctx, cfg, obj)
 		}
 		if err != nil {
-			return step("Delete", err)
+			return ctrl.Result{}, step("Delete", err)
 		}
 	}
 	patch := client.MergeFrom(cfg.DeepCopy())
 	controllerutil.RemoveFinalizer(cfg, Finalizer)
 	if err := r.Client.Patch(ctx, cfg, patch); err != nil {
-		return fmt.Errorf("removing the finalizer: %w", err)
+		return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
 	}
 	forgetMetrics(cfg)
+	return ctrl.Result{}, nil
+}
+
+// Waits of a deletion that holds the tenant's data.
+const (
+	// deletionPoll is how soon a deletion looks again at what it waits
+	// for by itself (the apiservers stopping, keys that appeared).
+	deletionPoll = 5 * time.Second
+	// deletionHeld is how soon a deletion that a person must unblock (an
+	// unreachable etcd, another tenant's keys, a missing Secret) looks
+	// again.
+	deletionHeld = 30 * time.Second
+)
+
+// deleteData removes the tenant's data from etcd, and keeps it, with the
+// finalizer, while it cannot be removed safely: the apiservers are stopped
+// first (nothing may write under the prefix meanwhile); no other tenant's
+// keyspace may overlap the prefix (the tenant index says: admission refuses
+// an overlap, but tenants created before it, or without it, may share a
+// prefix); then every key under the prefix goes, on the main servers and on
+// each override's, and a count on each proves that none is left. It
+// returns how soon to look again while it holds the data; 0 when the data
+// is gone.
+func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (time.Duration, error) {
+	for _, obj := range []client.Object{
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}},
+	} {
+		if err := r.deleteIfOwned(ctx, cfg, obj); err != nil {
+			return 0, step("Delete", err)
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+		return 0, step("Delete", fmt.Errorf("listing the apiserver pods: %w", err))
+	}
+	running := 0
+	for i := range pods.Items {
+		if !podEnded(&pods.Items[i]) {
+			running++
+		}
+	}
+	if running > 0 {
+		return deletionPoll, r.deletionStatus(ctx, cfg, false, v1alpha1.ReasonDeleting,
+			fmt.Sprintf("Waiting for %d apiservers to stop before deleting the tenant's data", running))
+	}
+
+	c, err := apiserver.Complete(cfg, apiserver.Inputs{})
+	if err != nil {
+		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonInvalidSpec,
+			fmt.Sprintf("The tenant's data is kept: its etcd keys cannot be found from the spec (%v); fix the spec, or set spec.deletionPolicy to Retain to keep the data and the keys that read it", err))
+	}
+	prefix := apiserver.KeyspaceOf(&c.Spec.Etcd).Prefix
+	if prefix == "/" {
+		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonSharedKeyspace,
+			"The tenant's data is kept: its prefix is /, every key of its etcd, which the operator does not delete; delete them yourself and set spec.deletionPolicy to Retain")
+	}
+	if r.TenantIndex == nil {
+		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonSharedKeyspace,
+			"The tenant's data is kept: this operator has no index of the other tenants to prove that none shares the prefix")
+	}
+	others, err := r.TenantIndex.Overlapping(ctx, cfg)
+	if err != nil {
+		return 0, step("Delete", err)
+	}
+	if len(others) > 0 {
+		var names []string
+		for _, o := range others {
+			if o.Namespace == cfg.Namespace {
+				names = append(names, "ApiServerConfig "+o.Name)
+			} else {
+				names = append(names, "an ApiServerConfig in another namespace")
+			}
+		}
+		ctrl.LoggerFrom(ctx).Info("Keeping a deleted tenant's data: another tenant's keys share its prefix", "apiServerConfig", klog.KObj(cfg), "others", others[0].Namespace+"/"+others[0].Name, "count", len(others))
+		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonSharedKeyspace, fmt.Sprintf(
+			"The tenant's data is kept: the keys under %s on its etcd servers are also the data of %s, which deleting them would delete; set spec.deletionPolicy to Retain to let this ApiServerConfig go without its data",
+			prefix, strings.Join(slices.Compact(names), " and ")))
+	}
+	tlsConfig, _, err := etcdTLS(ctx, r.APIReader, cfg, &c.Spec.Etcd)
+	if err != nil {
+		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonReferenceMissing, fmt.Sprintf(
+			"The tenant's data is kept: the operator cannot reach etcd without the client certificate (%v); restore the Secret, or set spec.deletionPolicy to Retain to keep the data and the keys that read it", err))
+	}
+	keys := prefix + "/"
+	var deleted int64
+	for _, set := range c.Etcd.Sets {
+		// Each server answers first: a deletion that waits on a dead etcd
+		// would hold the worker for minutes.
+		err := r.Etcd.Check(ctx, set, tlsConfig)
+		var n int64
+		if err == nil {
+			n, err = r.Etcd.Delete(ctx, set, tlsConfig, keys)
+		}
+		if err == nil {
+			var left []int64
+			if left, err = r.Etcd.Count(ctx, set, tlsConfig, keys); err == nil && left[0] > 0 {
+				return deletionPoll, r.deletionStatus(ctx, cfg, false, v1alpha1.ReasonDeleting,
+					fmt.Sprintf("Deleting the tenant's data: %d keys appeared under %s on %s after it was deleted", left[0], keys, strings.Join(set, ",")))
+			}
+		}
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Info("Keeping a deleted tenant's data: its etcd did not answer", "apiServerConfig", klog.KObj(cfg), "servers", set, "error", tenantio.Detail(err))
+			return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonEtcdUnreachable, fmt.Sprintf(
+				"The tenant's data and its keys are kept until its etcd %s answers (the operator's log has the cause); set spec.deletionPolicy to Retain to let the ApiServerConfig go and keep them", strings.Join(set, ",")))
+		}
+		deleted += n
+	}
+	r.event(cfg, corev1.EventTypeNormal, v1alpha1.ReasonDataDeleted, "Delete",
+		"Deleted the tenant's data: %d keys under %s on %d etcd clusters; a count found none left", deleted, keys, len(c.Etcd.Sets))
+	return 0, nil
+}
+
+// deletionStatus says what a deletion waits for: Ready False, and Stalled
+// when only a person can unblock it (Reconciling otherwise).
+func (r *ApiServerConfigReconciler) deletionStatus(ctx context.Context, cfg *v1alpha1.ApiServerConfig, stalled bool, reason, message string) error {
+	before := cfg.DeepCopy()
+	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReady, false, reason, message, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionStalled, stalled, reason, message, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReconciling, !stalled, reason, message, cfg.Generation))
+	if apiequality.Semantic.DeepEqual(before.Status, cfg.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, cfg, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("saying what the deletion waits for: %w", err))
+	}
 	return nil
 }
 

@@ -366,6 +366,10 @@ func (e *heldEtcd) Scan(context.Context, []string, *tls.Config, string, func(key
 	return fmt.Errorf("etcd did not answer")
 }
 
+func (e *heldEtcd) Delete(context.Context, []string, *tls.Config, string) (int64, error) {
+	return 0, fmt.Errorf("etcd did not answer")
+}
+
 func TestApiServerConfigReconciler_ANewTenantSaysReconcilingWhileItsEtcdDoesNotAnswer(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, nil)

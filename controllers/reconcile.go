@@ -144,7 +144,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if r.etcdWatch != nil {
 			r.etcdWatch.forget(req.NamespacedName)
 		}
-		return ctrl.Result{}, r.reconcileDelete(ctx, cfg)
+		return r.reconcileDelete(ctx, cfg)
 	}
 	// A generation that status does not describe yet: an edited object's
 	// is marked at once (its previous generation's Ready would stand

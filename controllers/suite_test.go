@@ -14,6 +14,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 	"github.com/apiserver-operator/apiserver-operator/controllers/webhooks"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
@@ -61,16 +62,24 @@ func run(m *testing.M) (int, error) {
 	}
 	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
-	if err := webhooks.SetupWithManager(mgr, admission.Admission{Validator: validators, Gates: &admission.Gates{ImageRepositories: admission.DefaultImageRepositories(apiserver.DefaultImageRepository)}}, ""); err != nil {
+	tenantIndex, err := tenantindex.New(env.Config, env.Scheme)
+	if err != nil {
+		return 0, err
+	}
+	if err := mgr.Add(tenantIndex); err != nil {
+		return 0, err
+	}
+	if err := webhooks.SetupWithManager(mgr, admission.Admission{Validator: validators, Gates: &admission.Gates{ImageRepositories: admission.DefaultImageRepositories(apiserver.DefaultImageRepository)}}, "", tenantIndex); err != nil {
 		return 0, err
 	}
 	reconciler = &ApiServerConfigReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Scheme:    mgr.GetScheme(),
-		Recorder:  mgr.GetEventRecorder("apiserver-operator"),
-		Etcd:      tenantio.EtcdV3{Timeout: 2 * time.Second},
-		Tenants:   connectTestTenant,
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Scheme:      mgr.GetScheme(),
+		Recorder:    mgr.GetEventRecorder("apiserver-operator"),
+		Etcd:        tenantio.EtcdV3{Timeout: 2 * time.Second},
+		Tenants:     connectTestTenant,
+		TenantIndex: tenantIndex,
 		// Short intervals, so that Auto sizing is observable in a test.
 		AutoSizingInterval: time.Second,
 		CATrustPropagation: time.Second,

@@ -163,6 +163,21 @@ type ApiServerConfigSpec struct {
 	// +optional
 	Certificates CertificatesSpec `json:"certificates,omitempty"`
 
+	// DeletionPolicy says what deleting the ApiServerConfig does to the
+	// tenant's data and to the keys that read it, together. Delete stops
+	// the apiservers, removes every key under spec.etcd.prefix on the main
+	// servers and on each override's, proves by a count that none is left,
+	// then removes the Secrets; while etcd does not answer, or another
+	// tenant's keys share the prefix, nothing is removed and the
+	// ApiServerConfig stays, saying why. Retain keeps the data, the
+	// encryption keys, the CAs and the service-account key: an
+	// ApiServerConfig created again with the same namespace and name takes
+	// them back. Unset, certificates.pkiRetention decides (Retain: Retain,
+	// Delete: Delete), so that data is never kept without the keys that
+	// read it.
+	// +optional
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
 	// ExtraArgs passes kube-apiserver flags that have no typed field. A flag
 	// may be repeated where kube-apiserver allows it. Flags managed by the
 	// operator, and flags removed from kube-apiserver, are rejected rather
@@ -823,6 +838,20 @@ type GroupResource struct {
 // +kubebuilder:validation:Enum=ECDSAP256;RSA2048;RSA3072;RSA4096
 type KeyAlgorithm string
 
+// DeletionPolicy says what deleting an ApiServerConfig does to the
+// tenant's data and to every key needed to read it.
+// +kubebuilder:validation:Enum=Delete;Retain
+type DeletionPolicy string
+
+// The deletion policies.
+const (
+	// DeletionPolicyDelete removes the tenant's data from etcd, proves that
+	// none is left, then its keys.
+	DeletionPolicyDelete DeletionPolicy = "Delete"
+	// DeletionPolicyRetain keeps the data and every key that reads it.
+	DeletionPolicyRetain DeletionPolicy = "Retain"
+)
+
 // PKIRetention says what happens to the CA Secrets when the
 // ApiServerConfig is deleted.
 // +kubebuilder:validation:Enum=Delete;Retain
@@ -893,11 +922,10 @@ type CertificatesSpec struct {
 	// +optional
 	RotationOverlap *metav1.Duration `json:"rotationOverlap,omitempty"`
 
-	// PKIRetention: Retain keeps the CA Secrets, the service-account key
-	// and the encryption key when the ApiServerConfig is deleted, so a
-	// re-created control plane keeps trusting existing clients and reading
-	// what it encrypted in etcd; Delete removes them with everything else
-	// (data left in etcd encrypted with the deleted key is then lost).
+	// PKIRetention is spec.deletionPolicy's former name, which decides
+	// when deletionPolicy is unset: Retain keeps the data and the keys
+	// that read it (the CA Secrets, the service-account key, the
+	// encryption key), Delete removes the data with them.
 	// +kubebuilder:default=Delete
 	// +optional
 	PKIRetention PKIRetention `json:"pkiRetention,omitempty"`

@@ -104,6 +104,15 @@ const (
 	// tenant's objects exists and is someone else's; the operator leaves
 	// it untouched. It stalls at once: only a person can resolve it.
 	ReasonNameConflict = "NameConflict"
+	// ReasonDeleting: the ApiServerConfig is being deleted and its data
+	// with it (deletionPolicy Delete).
+	ReasonDeleting = "Deleting"
+	// ReasonSharedKeyspace: another tenant's keys are under the prefix of
+	// a tenant whose data is to be deleted; it is kept.
+	ReasonSharedKeyspace = "SharedKeyspace"
+	// ReasonDataDeleted: a deleted tenant's data was removed from etcd
+	// (an event).
+	ReasonDataDeleted = "DataDeleted"
 	// ReasonPodUnschedulable: an apiserver pod cannot be scheduled.
 	ReasonPodUnschedulable = "PodUnschedulable"
 	// ReasonImagePullFailed: an apiserver pod cannot pull its image.

@@ -28,6 +28,9 @@ type Etcd interface {
 	// Scan calls fn with every key and value under prefix, as one
 	// consistent snapshot read page by page.
 	Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string, fn func(key, value []byte)) error
+	// Delete removes every key under prefix and returns how many it
+	// removed.
+	Delete(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string) (int64, error)
 }
 
 // EtcdV3 is the Etcd of go.etcd.io/etcd/client/v3.
@@ -187,4 +190,27 @@ func (e EtcdV3) Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Con
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+}
+
+// deleteTimeout bounds the deletion of a prefix: one request, which etcd
+// applies at once however many keys it removes.
+const deleteTimeout = 2 * time.Minute
+
+// Delete implements Etcd with one range deletion.
+func (e EtcdV3) Delete(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string) (int64, error) {
+	if prefix == "" || prefix == "/" {
+		return 0, fmt.Errorf("refusing to delete every key of etcd %v: a tenant's prefix is never the root", endpoints)
+	}
+	cli, err := e.Client(endpoints, tlsConfig)
+	if err != nil {
+		return 0, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+	}
+	defer func() { _ = cli.Close() }()
+	reqCtx, cancel := context.WithTimeout(ctx, max(deleteTimeout, e.RequestTimeout()))
+	defer cancel()
+	resp, err := cli.Delete(reqCtx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("deleting the keys under %s in etcd %v: %w", prefix, endpoints, err)
+	}
+	return resp.Deleted, nil
 }

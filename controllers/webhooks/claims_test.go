@@ -28,8 +28,8 @@ func testNamespace(t *testing.T, prefix string) string {
 	return ns.Name
 }
 
-// createWhenCached creates cfg and waits until the webhook's cache holds it
-// (the index that later requests consult is built from the cache).
+// createWhenCached creates cfg and waits until the webhook's index holds
+// it.
 func createWhenCached(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
 	t.Helper()
 	ctx := context.Background()
@@ -37,7 +37,7 @@ func createWhenCached(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for cached.Get(ctx, client.ObjectKeyFromObject(cfg), &v1alpha1.ApiServerConfig{}) != nil {
+	for tenants.Reader().Get(ctx, client.ObjectKeyFromObject(cfg), &v1alpha1.ApiServerConfig{}) != nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("the webhook's cache does not hold %s", cfg.Name)
 		}

@@ -7,13 +7,13 @@ import (
 	"testing"
 
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 )
 
@@ -21,8 +21,8 @@ import (
 // configuration installed, and a manager serving the webhook only.
 var env *envtest.Environment
 
-// cached reads through the manager's cache, as the webhook does.
-var cached client.Client
+// tenants is the webhook's index of every ApiServerConfig.
+var tenants *tenantindex.Tenants
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -46,10 +46,15 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("creating the manager: %w", err)
 	}
-	cached = mgr.GetClient()
+	if tenants, err = tenantindex.New(env.Config, env.Scheme); err != nil {
+		return 0, err
+	}
+	if err := mgr.Add(tenants); err != nil {
+		return 0, err
+	}
 	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
-	if err := SetupWithManager(mgr, admission.Admission{Validator: validators, Gates: &admission.Gates{ImageRepositories: admission.DefaultImageRepositories(apiserver.DefaultImageRepository)}}, ""); err != nil {
+	if err := SetupWithManager(mgr, admission.Admission{Validator: validators, Gates: &admission.Gates{ImageRepositories: admission.DefaultImageRepositories(apiserver.DefaultImageRepository)}}, "", tenants); err != nil {
 		return 0, err
 	}
 	return env.RunManager(m, mgr)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	apiadmission "github.com/apiserver-operator/apiserver-operator/apiserver/admission"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 )
 
 // +kubebuilder:webhook:path=/validate-controlplane-apiserver-operator-dev-v1alpha1-apiserverconfig,mutating=false,failurePolicy=fail,sideEffects=None,groups=controlplane.apiserver-operator.dev,resources=apiserverconfigs,verbs=create;update,versions=v1alpha1,name=vapiserverconfig.controlplane.apiserver-operator.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -35,6 +36,9 @@ type ApiServerConfigValidator struct {
 	Client client.Client
 	// NodePorts is the management cluster's --service-node-port-range.
 	NodePorts *utilnet.PortRange
+	// Tenants are every ApiServerConfig, for the checks against the
+	// others (see claims); nil skips them.
+	Tenants *tenantindex.Tenants
 }
 
 var _ admission.Validator[*v1alpha1.ApiServerConfig] = ApiServerConfigValidator{}
@@ -44,24 +48,19 @@ var _ admission.Validator[*v1alpha1.ApiServerConfig] = ApiServerConfigValidator{
 // than kube-apiserver's timeout.
 const webhookBudget = 8 * time.Second
 
-// SetupWithManager serves the validator from the manager's webhook
-// server; it dry-runs the tenants' objects with the manager's client.
-// nodePorts is the management cluster's --service-node-port-range
-// (DefaultManagementNodePortRange when empty).
-func SetupWithManager(mgr ctrl.Manager, a apiadmission.Admission, nodePorts string) error {
+// SetupWithManager serves the webhooks from the manager's webhook server;
+// the validator dry-runs the tenants' objects with the manager's client
+// and compares each tenant with the others in tenants (which the caller
+// adds to the manager). nodePorts is the management cluster's
+// --service-node-port-range (DefaultManagementNodePortRange when empty).
+func SetupWithManager(mgr ctrl.Manager, a apiadmission.Admission, nodePorts string, tenants *tenantindex.Tenants) error {
 	ports, err := utilnet.ParsePortRange(cmp.Or(nodePorts, DefaultManagementNodePortRange))
 	if err != nil {
 		return fmt.Errorf("reading the management cluster's node port range %q: %w", nodePorts, err)
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ApiServerConfig{}, generatedNamesIndex, indexGeneratedNames); err != nil {
-		return fmt.Errorf("indexing the ApiServerConfigs by the names of their objects: %w", err)
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ApiServerConfig{}, keyspaceIndex, indexKeyspace); err != nil {
-		return fmt.Errorf("indexing the ApiServerConfigs by their etcd keyspace: %w", err)
-	}
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.ApiServerConfig{}).
 		WithDefaulter(ApiServerConfigDefaulter{}).
-		WithValidator(ApiServerConfigValidator{Admission: a, Client: mgr.GetClient(), NodePorts: ports}).
+		WithValidator(ApiServerConfigValidator{Admission: a, Client: mgr.GetClient(), NodePorts: ports, Tenants: tenants}).
 		Complete()
 }
 
@@ -115,19 +114,19 @@ func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alph
 // the names of its objects (checked when it is created: names do not
 // change) and its etcd keys (checked again when spec.etcd changes).
 func (v ApiServerConfigValidator) claims(ctx context.Context, old, obj *v1alpha1.ApiServerConfig) field.ErrorList {
-	if v.Client == nil || !obj.DeletionTimestamp.IsZero() {
+	if v.Tenants == nil || !obj.DeletionTimestamp.IsZero() {
 		return nil
 	}
 	var errs field.ErrorList
 	if old == nil {
-		collisions, err := nameCollisions(ctx, v.Client, obj)
+		collisions, err := nameCollisions(ctx, v.Tenants, obj)
 		if err != nil {
 			return field.ErrorList{field.InternalError(field.NewPath("metadata", "name"), err)}
 		}
 		errs = append(errs, collisions...)
 	}
 	if old == nil || !apiequality.Semantic.DeepEqual(old.Spec.Etcd, obj.Spec.Etcd) {
-		shared, err := sharedKeyspaces(ctx, v.Client, obj)
+		shared, err := sharedKeyspaces(ctx, v.Tenants, obj)
 		if err != nil {
 			return field.ErrorList{field.InternalError(field.NewPath("spec", "etcd"), err)}
 		}

@@ -1,0 +1,175 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+)
+
+// putKeys writes n keys under prefix into the test's etcd, as a tenant's
+// apiserver would have stored objects.
+func putKeys(t *testing.T, prefix string, n int) {
+	t.Helper()
+	cli, err := tenantio.EtcdV3{}.Client([]string{env.ControlPlane.Etcd.URL.String()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	for i := range n {
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("%s%d", prefix, i), "stored"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func keysUnder(t *testing.T, prefix string) int64 {
+	t.Helper()
+	counts, err := tenantio.EtcdV3{}.Count(context.Background(), []string{env.ControlPlane.Etcd.URL.String()}, nil, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counts[0]
+}
+
+func waitGone(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
+	t.Helper()
+	eventually(t, 20*time.Second, cfg.Name+" is gone", func() error {
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(cfg), &v1alpha1.ApiServerConfig{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return err
+		}
+		return errors.New("still there")
+	})
+}
+
+// waitStalled waits for a deletion held with reason, whose message says
+// what, and returns it.
+func waitStalled(t *testing.T, cfg *v1alpha1.ApiServerConfig, reason, says string) {
+	t.Helper()
+	eventually(t, 20*time.Second, "the deletion is held with "+reason, func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		if got.DeletionTimestamp.IsZero() {
+			return errors.New("not being deleted")
+		}
+		c := conditionOf(got, v1alpha1.ConditionStalled)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason || !strings.Contains(c.Message, says) {
+			return fmt.Errorf("Stalled is %v", c)
+		}
+		return nil
+	})
+}
+
+func setDeletionPolicy(t *testing.T, cfg *v1alpha1.ApiServerConfig, policy v1alpha1.DeletionPolicy) {
+	t.Helper()
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.DeletionPolicy = policy
+	if err := env.Client.Patch(context.Background(), got, patch); err != nil {
+		t.Fatalf("setting deletionPolicy %s: %v", policy, err)
+	}
+}
+
+func TestApiServerConfigReconciler_DeleteRemovesTheTenantsDataAndNothingElse(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	deleted := tenant(ns, "gone", nil) // deletionPolicy unset, pkiRetention Delete: Delete
+	kept := tenant(ns, "kept", func(s *v1alpha1.ApiServerConfigSpec) { s.DeletionPolicy = v1alpha1.DeletionPolicyRetain })
+	for _, cfg := range []*v1alpha1.ApiServerConfig{deleted, kept} {
+		createReady(t, cfg)
+		putKeys(t, cfg.Spec.Etcd.Prefix+"/configmaps/default/cm-", 300)
+	}
+	// Keys beside the prefix, which only look alike, are not the tenant's.
+	putKeys(t, deleted.Spec.Etcd.Prefix+"-beside/configmaps/default/cm-", 5)
+	putKeys(t, deleted.Spec.Etcd.Prefix+"x/configmaps/default/cm-", 5)
+
+	for _, cfg := range []*v1alpha1.ApiServerConfig{deleted, kept} {
+		if err := env.Client.Delete(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, cfg)
+	}
+	if n := keysUnder(t, deleted.Spec.Etcd.Prefix+"/"); n != 0 {
+		t.Errorf("%d keys are left under the deleted tenant's prefix", n)
+	}
+	for prefix, want := range map[string]int64{
+		kept.Spec.Etcd.Prefix + "/":           300,
+		deleted.Spec.Etcd.Prefix + "-beside/": 5,
+		deleted.Spec.Etcd.Prefix + "x/":       5,
+	} {
+		if n := keysUnder(t, prefix); n != want {
+			t.Errorf("%d keys under %s, want %d", n, prefix, want)
+		}
+	}
+}
+
+func TestApiServerConfigReconciler_DeleteKeepsDataThatIsAlsoAnotherTenants(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	outer := tenant(ns, "outer", nil)
+	inner := tenant(ns, "inner", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Prefix = outer.Spec.Etcd.Prefix + "/inner" })
+	createReady(t, outer)
+	// Admission refuses the pair; tenants created without it (or before
+	// it) may share keys.
+	withoutAdmission(t, ns)
+	createReady(t, inner)
+	putKeys(t, inner.Spec.Etcd.Prefix+"/configmaps/default/cm-", 10)
+
+	if err := env.Client.Delete(ctx, outer); err != nil {
+		t.Fatal(err)
+	}
+	waitStalled(t, outer, v1alpha1.ReasonSharedKeyspace, "also the data of ApiServerConfig inner")
+	if n := keysUnder(t, inner.Spec.Etcd.Prefix+"/"); n != 10 {
+		t.Fatalf("%d of the other tenant's 10 keys are left", n)
+	}
+	// Retain lets it go, and keeps the keys.
+	setDeletionPolicy(t, outer, v1alpha1.DeletionPolicyRetain)
+	waitGone(t, outer)
+	if n := keysUnder(t, inner.Spec.Etcd.Prefix+"/"); n != 10 {
+		t.Fatalf("%d of the other tenant's 10 keys are left", n)
+	}
+}
+
+func TestApiServerConfigReconciler_DeleteHoldsTheDataWhileEtcdDoesNotAnswer(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	// An address that accepts connections and closes them: no etcd.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	cfg := tenant(ns, "unreachable", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Servers = []string{"http://" + lis.Addr().String()} })
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitForDeployment(t, cfg)
+	if err := env.Client.Delete(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitStalled(t, cfg, v1alpha1.ReasonEtcdUnreachable, "kept until its etcd http://"+lis.Addr().String()+" answers")
+	setDeletionPolicy(t, cfg, v1alpha1.DeletionPolicyRetain)
+	waitGone(t, cfg)
+}

@@ -1,0 +1,114 @@
+// Package tenantindex holds every ApiServerConfig of the management cluster
+// for the checks that compare a tenant with all the others: admission (the
+// names of its objects, its etcd keys) and the deletion of a tenant's data
+// (no other tenant's keys may be under its prefix).
+package tenantindex
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// Tenants is an informer cache of every ApiServerConfig, whatever the
+// instance's --watch-namespace or --watch-filter (another instance's
+// tenants share etcd servers and namespaces too), indexed by the names of
+// their objects and by their etcd keyspace: each check is a few exact
+// lookups, not a list. Add it to the manager (it is a Runnable that every
+// replica runs).
+type Tenants struct {
+	cache cache.Cache
+}
+
+const (
+	generatedNamesIndex = "tenantindex.generatedNames"
+	keyspaceIndex       = "tenantindex.etcdKeyspace"
+)
+
+// New makes the index; it fills once started.
+func New(config *rest.Config, scheme *runtime.Scheme) (*Tenants, error) {
+	c, err := cache.New(config, cache.Options{
+		Scheme:           scheme,
+		ByObject:         map[client.Object]cache.ByObject{&v1alpha1.ApiServerConfig{}: {}},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("making the index of every ApiServerConfig: %w", err)
+	}
+	ctx := context.Background()
+	if err := c.IndexField(ctx, &v1alpha1.ApiServerConfig{}, generatedNamesIndex, func(obj client.Object) []string {
+		return apiserver.GeneratedNames(obj.GetName())
+	}); err != nil {
+		return nil, fmt.Errorf("indexing the ApiServerConfigs by the names of their objects: %w", err)
+	}
+	if err := c.IndexField(ctx, &v1alpha1.ApiServerConfig{}, keyspaceIndex, func(obj client.Object) []string {
+		cfg, ok := obj.(*v1alpha1.ApiServerConfig)
+		if !ok {
+			return nil
+		}
+		return apiserver.KeyspaceOf(&cfg.Spec.Etcd).IndexKeys()
+	}); err != nil {
+		return nil, fmt.Errorf("indexing the ApiServerConfigs by their etcd keyspace: %w", err)
+	}
+	return &Tenants{cache: c}, nil
+}
+
+// Start fills the index and keeps it current until ctx ends.
+func (t *Tenants) Start(ctx context.Context) error { return t.cache.Start(ctx) }
+
+// NeedLeaderElection is false: every replica's webhook needs the index.
+func (t *Tenants) NeedLeaderElection() bool { return false }
+
+// Reader reads the ApiServerConfigs the index holds.
+func (t *Tenants) Reader() client.Reader { return t.cache }
+
+// NameCollisions are the other ApiServerConfigs of cfg's namespace that
+// give one of their objects a name cfg would give one of its own, each with
+// those names (kind/name).
+func (t *Tenants) NameCollisions(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (map[string][]string, error) {
+	clashes := map[string][]string{}
+	for _, name := range apiserver.GeneratedNames(cfg.Name) {
+		others := &v1alpha1.ApiServerConfigList{}
+		if err := t.cache.List(ctx, others, client.InNamespace(cfg.Namespace), client.MatchingFields{generatedNamesIndex: name}); err != nil {
+			return nil, fmt.Errorf("looking up the ApiServerConfigs whose objects are named %s: %w", name, err)
+		}
+		for _, o := range others.Items {
+			if o.Name != cfg.Name {
+				clashes[o.Name] = append(clashes[o.Name], name)
+			}
+		}
+	}
+	return clashes, nil
+}
+
+// Overlapping are the other ApiServerConfigs, in any namespace, whose etcd
+// keyspace overlaps cfg's: a server in common, and prefixes one within the
+// other. Sorted by namespace and name.
+func (t *Tenants) Overlapping(ctx context.Context, cfg *v1alpha1.ApiServerConfig) ([]v1alpha1.ApiServerConfig, error) {
+	found := map[string]v1alpha1.ApiServerConfig{}
+	for _, q := range apiserver.KeyspaceOf(&cfg.Spec.Etcd).OverlapQueries() {
+		list := &v1alpha1.ApiServerConfigList{}
+		if err := t.cache.List(ctx, list, client.MatchingFields{keyspaceIndex: q}); err != nil {
+			return nil, fmt.Errorf("looking up the ApiServerConfigs that store on the same etcd: %w", err)
+		}
+		for _, o := range list.Items {
+			if o.Namespace != cfg.Namespace || o.Name != cfg.Name {
+				found[o.Namespace+"/"+o.Name] = o
+			}
+		}
+	}
+	out := make([]v1alpha1.ApiServerConfig, 0, len(found))
+	for _, k := range slices.Sorted(maps.Keys(found)) {
+		out = append(out, found[k])
+	}
+	return out, nil
+}
