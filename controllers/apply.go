@@ -51,11 +51,17 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 			return r.Scheme.Convert(existing, obj, nil)
 		}
 	case apierrors.IsNotFound(err):
-		// The apply would create the object, or take over one the cache
-		// has not seen yet (created a moment ago): the API server says
-		// which, and whose it is.
-		if err := r.claimLive(ctx, cfg, obj); err != nil {
+		// The apply would create the object, or write over one the cache
+		// has not seen yet: the API server says which, and whose it is.
+		live, err := r.claimLive(ctx, cfg, obj)
+		if err != nil {
 			return err
+		}
+		if last, seen := r.applied.Load(key); live != nil && (!seen || last != live.GetResourceVersion()) {
+			// The tenant's own, but not as this pass knew it (it read its
+			// absence): what it decided (a new key?) must not replace it.
+			return fmt.Errorf("%T %s/%s exists but the operator's cache does not hold it (it was written a moment ago, or its labels put it outside this instance's --watch-filter): the pass is retried rather than writing over it",
+				obj, obj.GetNamespace(), obj.GetName())
 		}
 	default:
 		return fmt.Errorf("reading %T %s: %w", obj, obj.GetName(), err)

@@ -53,19 +53,20 @@ func (r *ApiServerConfigReconciler) claim(cfg *v1alpha1.ApiServerConfig, obj cli
 
 // claimLive checks, with the API server rather than the cache, that no
 // object of obj's name exists that is not cfg's own: a metadata-only read,
-// asked before an apply creates an object.
-func (r *ApiServerConfigReconciler) claimLive(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
+// asked before an apply creates an object. It returns the tenant's own
+// object when one exists (nil when none does).
+func (r *ApiServerConfigReconciler) claimLive(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) (*metav1.PartialObjectMetadata, error) {
 	gvk, err := apiutil.GVKForObject(obj, r.Scheme)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(gvk)
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("reading %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		return nil, fmt.Errorf("reading %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 	}
-	return r.claim(cfg, live)
+	return live, r.claim(cfg, live)
 }

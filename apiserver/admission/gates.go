@@ -29,12 +29,10 @@ type Gates struct {
 	PriorityClasses []string
 }
 
-// DefaultImageRepositories admits the images beside imageRepository, the
-// operator's bundled kube-apiserver repository: its registry path.
+// DefaultImageRepositories admits imageRepository, the operator's bundled
+// kube-apiserver repository, with any tag or digest, and nothing beside
+// it (its registry path may hold any image).
 func DefaultImageRepositories(imageRepository string) []string {
-	if i := strings.LastIndex(imageRepository, "/"); i >= 0 {
-		return []string{imageRepository[:i+1]}
-	}
 	return []string{imageRepository}
 }
 

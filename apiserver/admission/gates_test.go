@@ -22,7 +22,8 @@ func TestGates(t *testing.T) {
 	}{
 		{"no image: the bundled one", gates, nil, with("", ""), ""},
 		{"under the operator's registry path", gates, nil, with("registry.example.com/platform/kube-apiserver:v1.37.1", ""), ""},
-		{"another image there", gates, nil, with("registry.example.com/platform/patched-apiserver@sha256:0123", ""), ""},
+		{"another image of the operator's registry path", gates, nil, with("registry.example.com/platform/debug-shell:1", ""), "spec.image"},
+		{"a path that admits everything under it", Gates{ImageRepositories: []string{"registry.example.com/platform/"}}, nil, with("registry.example.com/platform/patched-apiserver@sha256:0123", ""), ""},
 		{"a listed repository, by tag", gates, nil, with("mirror.example.com/kube-apiserver:v1.37.1", ""), ""},
 		{"a listed repository, by digest", gates, nil, with("mirror.example.com/kube-apiserver@sha256:0123", ""), ""},
 		{"another registry", gates, nil, with("evil.example.com/kube-apiserver:v1.37.1", ""), "spec.image"},

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -66,6 +67,12 @@ const (
 	MaxAPIResponseBytes = 32 << 20
 	MaxMetricsBytes     = 256 << 20
 	MaxMetricsKeptBytes = 16 << 20
+	// A discovery document (a tenant's aggregated discovery with hundreds
+	// of resources is about 1 MiB), and all of one discovery's documents.
+	MaxDiscoveryDocumentBytes = 8 << 20
+	MaxDiscoveryBytes         = 32 << 20
+	// The body of an answer that is an error: client-go reads it whole.
+	maxErrorBodyBytes = 64 << 10
 )
 
 // Connect reaches a tenant's API at host:port (its Service), as the
@@ -82,12 +89,9 @@ func Connect(adminKubeconfig []byte, host string, port int32, serverName string,
 	// The operator paces its own writes (spec.encryption.rewritesPerSecond).
 	rc.QPS, rc.Burst = -1, 0
 	rc.UserAgent = "apiserver-operator"
-	rc.WrapTransport = capResponses(MaxAPIResponseBytes)
+	base := rest.CopyConfig(rc)
+	wrapCapped(rc, MaxAPIResponseBytes, nil)
 	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", rc.Host, err)
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", rc.Host, err)
 	}
@@ -95,28 +99,40 @@ func Connect(adminKubeconfig []byte, host string, port int32, serverName string,
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", rc.Host, err)
 	}
-	return &client{dyn: dyn, disc: disc, meta: meta, host: rc.Host, rc: rc, clusterIP: serverName, port: podPort}, nil
+	return &client{dyn: dyn, meta: meta, host: rc.Host, rc: base, clusterIP: serverName, port: podPort}, nil
+}
+
+// wrapCapped caps the responses of rc's client at limit bytes each
+// (capResponses), and, with total, at what is left of total over all of
+// them; after what rc already wraps its transport with.
+func wrapCapped(rc *rest.Config, limit int64, total *atomic.Int64) {
+	prev := rc.WrapTransport
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		if prev != nil {
+			rt = prev(rt)
+		}
+		return capResponses(limit, total)(rt)
+	}
 }
 
 type client struct {
 	dyn  dynamic.Interface
-	disc discovery.DiscoveryInterface
 	meta metadata.Interface
 	host string
-	// rc reaches the Service; clusterIP (a SAN of the serving
-	// certificate) verifies a pod reached at its own address, on port.
+	// rc reaches the Service, uncapped (each use caps it); clusterIP (a
+	// SAN of the serving certificate) verifies a pod reached at its own
+	// address, on port.
 	rc        *rest.Config
 	clusterIP string
 	port      int32
 }
 
-// Metrics implements API.
-func (t *client) Metrics(ctx context.Context, podIP string, families ...string) ([]byte, error) {
+func (t *client) metrics(ctx context.Context, podIP string, families ...string) ([]byte, error) {
 	rc := rest.CopyConfig(t.rc)
 	rc.Host = "https://" + net.JoinHostPort(podIP, strconv.Itoa(int(t.port)))
 	rc.TLSClientConfig.ServerName = t.clusterIP
 	rc.GroupVersion, rc.NegotiatedSerializer = &schema.GroupVersion{}, scheme.Codecs.WithoutConversion()
-	rc.WrapTransport = capResponses(MaxMetricsBytes)
+	wrapCapped(rc, MaxMetricsBytes, nil)
 	rcl, err := rest.RESTClientFor(rc)
 	if err != nil {
 		return nil, fmt.Errorf("reaching the apiserver pod at %s: %w", rc.Host, err)
@@ -148,7 +164,7 @@ func metricFamilies(r io.Reader, families []string) ([]byte, error) {
 		} else if after, ok := bytes.CutPrefix(line, []byte("# TYPE ")); ok {
 			name = after
 		}
-		if i := bytes.IndexAny(name, "{ "); i >= 0 {
+		if i := bytes.IndexAny(name, "{ \t"); i >= 0 {
 			name = name[:i]
 		}
 		if !slices.ContainsFunc(families, func(f string) bool { return isSeriesOf(string(name), f) }) {
@@ -172,20 +188,27 @@ func isSeriesOf(name, family string) bool {
 	return ok && (suffix == "" || suffix == "_bucket" || suffix == "_sum" || suffix == "_count")
 }
 
-// capResponses cuts every response body at limit bytes: reading past it is
-// an error, so that a truncated document is never taken for a whole one.
-func capResponses(limit int64) func(http.RoundTripper) http.RoundTripper {
+// capResponses cuts every response body at limit bytes (an error answer's
+// at maxErrorBodyBytes, which client-go reads whole), and, with total, at
+// what is left of it: reading past either is an error, so that a truncated
+// document is never taken for a whole one.
+func capResponses(limit int64, total *atomic.Int64) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)
 			if err != nil {
 				return resp, err
 			}
-			if resp.ContentLength > limit {
-				_ = resp.Body.Close()
-				return nil, fmt.Errorf("%s %s: the answer is %d MiB, more than the %d MiB the operator reads from a tenant", req.Method, req.URL.Path, resp.ContentLength>>20, limit>>20)
+			what := req.Method + " " + req.URL.Path
+			capped := limit
+			if resp.StatusCode < 200 || resp.StatusCode > 299 {
+				capped = min(capped, maxErrorBodyBytes)
 			}
-			resp.Body = &cappedBody{ReadCloser: resp.Body, left: limit, max: limit, what: req.Method + " " + req.URL.Path}
+			if resp.ContentLength > capped {
+				_ = resp.Body.Close()
+				return nil, fmt.Errorf("%s: the answer is %d bytes, more than the %d the operator reads from a tenant", what, resp.ContentLength, capped)
+			}
+			resp.Body = &cappedBody{ReadCloser: resp.Body, left: capped, max: capped, total: total, what: what}
 			return resp, nil
 		})
 	}
@@ -195,36 +218,53 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// cappedBody reads at most max bytes of a body, and fails if there are
-// more.
+// cappedBody reads at most max bytes of a body, and what is left of total
+// (when set), and fails if there are more.
 type cappedBody struct {
 	io.ReadCloser
 	left, max int64
+	total     *atomic.Int64
 	what      string
 }
 
 func (b *cappedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
 		var one [1]byte
-		if n, _ := io.ReadFull(b.ReadCloser, one[:]); n > 0 {
+		n, err := io.ReadFull(b.ReadCloser, one[:])
+		switch {
+		case n > 0:
 			return 0, fmt.Errorf("%s: the answer is longer than the %d MiB the operator reads from a tenant", b.what, b.max>>20)
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			return 0, io.EOF
 		}
-		return 0, io.EOF
+		return 0, err
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
+	if b.total != nil && b.total.Add(-int64(n)) < 0 {
+		return n, fmt.Errorf("%s: the tenant's answers are longer than the operator reads from it at once", b.what)
+	}
 	return n, err
 }
 
 // crdResource is where a tenant lists its custom resource definitions.
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// Resources implements API.
-func (t *client) Resources(ctx context.Context) (map[schema.GroupResource]Resource, error) {
-	lists, discoveryErr := t.disc.ServerPreferredResources()
+func (t *client) resources(ctx context.Context) (map[schema.GroupResource]Resource, error) {
+	// Discovery reads a document per group, side by side: each is capped,
+	// and so are all of them together.
+	rc := rest.CopyConfig(t.rc)
+	var left atomic.Int64
+	left.Store(MaxDiscoveryBytes)
+	wrapCapped(rc, MaxDiscoveryDocumentBytes, &left)
+	disc, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", t.host, err)
+	}
+	lists, discoveryErr := disc.ServerPreferredResources()
 	if discoveryErr != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("reading the discovery of the tenant's API at %s: %w", t.host, discoveryErr)
 	}
@@ -273,11 +313,11 @@ func canRewrite(r metav1.APIResource) bool {
 	return has("list") && has("patch")
 }
 
-// Rewrite implements API with an empty merge patch: kube-apiserver
+// rewrite writes an object back with an empty merge patch: kube-apiserver
 // writes an unchanged object again only when it read it with a key that no
 // longer encrypts (the value is stale), which is exactly what must be
 // rewritten; an object already under the current key costs no write.
-func (t *client) Rewrite(ctx context.Context, r Resource, namespace, name string) error {
+func (t *client) rewrite(ctx context.Context, r Resource, namespace, name string) error {
 	ri := t.dyn.Resource(r.GroupVersionResource)
 	var err error
 	if r.Namespaced {
@@ -289,4 +329,45 @@ func (t *client) Rewrite(ctx context.Context, r Resource, namespace, name string
 		return nil
 	}
 	return err
+}
+
+// Metrics implements API.
+func (t *client) Metrics(ctx context.Context, podIP string, families ...string) ([]byte, error) {
+	data, err := t.metrics(ctx, podIP, families...)
+	return data, bounded(err)
+}
+
+// Resources implements API.
+func (t *client) Resources(ctx context.Context) (map[schema.GroupResource]Resource, error) {
+	out, err := t.resources(ctx)
+	return out, bounded(err)
+}
+
+// Rewrite implements API: see rewrite.
+func (t *client) Rewrite(ctx context.Context, r Resource, namespace, name string) error {
+	return bounded(t.rewrite(ctx, r, namespace, name))
+}
+
+// maxErrorMessage bounds what an error of a tenant's API says: client-go
+// quotes what the tenant answered (a whole document it could not decode),
+// which the tenant chooses, and the message reaches status.
+const maxErrorMessage = 1024
+
+type boundedError struct{ err error }
+
+func (e boundedError) Error() string {
+	m := e.err.Error()
+	if len(m) <= maxErrorMessage {
+		return m
+	}
+	return strings.ToValidUTF8(m[:maxErrorMessage], "") + "… (cut)"
+}
+
+func (e boundedError) Unwrap() error { return e.err }
+
+func bounded(err error) error {
+	if err == nil {
+		return nil
+	}
+	return boundedError{err}
 }

@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -109,7 +112,109 @@ func TestAPI_AnswersLargerThanTheOperatorReadsAreRefused(t *testing.T) {
 		_, _ = w.Write([]byte(strings.Repeat("z", 40<<20)))
 		_, _ = fmt.Fprint(w, `"}`)
 	})
-	if _, err := big.Resources(context.Background()); err == nil || !strings.Contains(err.Error(), "32 MiB the operator reads") {
+	if _, err := big.Resources(context.Background()); err == nil || !strings.Contains(err.Error(), "8 MiB the operator reads") {
 		t.Fatalf("want a 40 MiB discovery answer refused, got %v", err)
+	}
+}
+
+// peakHeapGrowth runs fn and returns by how much the heap in use grew at
+// its highest, sampled every 2 ms.
+func peakHeapGrowth(fn func()) uint64 {
+	before := heapInUse()
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	fn()
+	close(stop)
+	<-sampled
+	if peak.Load() < before {
+		return 0
+	}
+	return peak.Load() - before
+}
+
+// A tenant whose discovery has many groups, each document under the cap,
+// and one whose /metrics answers an error with a long body: what the
+// operator holds at its highest stays bounded.
+func TestAPI_ManyAnswersAndErrorBodiesAreBoundedToo(t *testing.T) {
+	pad := strings.Repeat("z", 64<<10)
+	groups, ip := hostileAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/api":
+			_, _ = fmt.Fprint(w, `{"kind":"APIVersions","versions":["v1"]}`)
+		case r.URL.Path == "/api/v1":
+			_, _ = fmt.Fprint(w, `{"kind":"APIResourceList","groupVersion":"v1","resources":[]}`)
+		case r.URL.Path == "/apis":
+			var gs []string
+			for i := range 20 {
+				gs = append(gs, fmt.Sprintf(`{"name":"g%d.example.com","versions":[{"groupVersion":"g%d.example.com/v1","version":"v1"}],"preferredVersion":{"groupVersion":"g%d.example.com/v1","version":"v1"}}`, i, i, i))
+			}
+			_, _ = fmt.Fprintf(w, `{"kind":"APIGroupList","groups":[%s]}`, strings.Join(gs, ","))
+		case strings.HasPrefix(r.URL.Path, "/apis/"):
+			// 6 MiB each, under the 8 MiB of one document: 120 MiB in all.
+			_, _ = fmt.Fprint(w, `{"kind":"APIResourceList","resources":[],"padding":"`)
+			for range 6 << 20 / len(pad) {
+				if _, err := fmt.Fprint(w, pad); err != nil {
+					return
+				}
+			}
+			_, _ = fmt.Fprint(w, `"}`)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	var err error
+	grown := peakHeapGrowth(func() { _, err = groups.Resources(context.Background()) })
+	if err == nil || !strings.Contains(err.Error(), "longer than the operator reads from it at once") {
+		t.Fatalf("want 120 MiB of discovery refused, got %v", err)
+	}
+	if grown > 96<<20 {
+		t.Errorf("reading 20 discovery documents of 6 MiB, the heap grew by %d MiB at its highest", grown>>20)
+	}
+
+	// What the tenant answers reaches status through the errors: cut.
+	garbled, _ := hostileAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api":
+			_, _ = fmt.Fprint(w, `{"kind":"APIVersions","versions":["v1"]}`)
+		case "/api/v1":
+			_, _ = fmt.Fprint(w, `{"kind":"APIResourceList","groupVersion":"v1","resources":[]}`)
+		case "/apis":
+			_, _ = fmt.Fprint(w, `{"kind":"APIGroupList","groups":[]}`)
+		default: // the CRD list: no apiVersion, a long body the decoder quotes
+			_, _ = fmt.Fprint(w, `{"kind":"List","padding":"`+strings.Repeat("q", 1<<20)+`"}`)
+		}
+	})
+	if _, err := garbled.Resources(context.Background()); err == nil || len(err.Error()) > 1100 {
+		t.Fatalf("an answer that does not decode: want an error of at most about 1 KiB, got %d bytes", len(fmt.Sprint(err)))
+	}
+
+	failing, _ := hostileAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		writeLines(w, 200<<20/120)
+	})
+	grown = peakHeapGrowth(func() { _, err = failing.Metrics(context.Background(), ip, "wanted_total") })
+	if err == nil {
+		t.Fatal("an error answer was taken")
+	}
+	if grown > 32<<20 {
+		t.Errorf("reading an error answer of 200 MiB, the heap grew by %d MiB at its highest", grown>>20)
 	}
 }

@@ -171,7 +171,9 @@ func (e EtcdV3) Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Con
 		reqCtx, cancel := context.WithTimeout(ctx, e.RequestTimeout())
 		resp, err := cli.Get(reqCtx, from, opts...)
 		cancel()
-		if status.Code(err) == codes.ResourceExhausted {
+		// gRPC refuses an answer over the limit with ResourceExhausted,
+		// which etcd's own "too many requests" shares: the message tells.
+		if status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "larger than max") {
 			if page > 1 {
 				page = max(page/4, 1) // large values: smaller pages from here on
 				continue

@@ -167,6 +167,12 @@ func (w *Certificates) patchCABundle(ctx context.Context, ca []byte) error {
 		return err
 	}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := w.Client.Get(ctx, client.ObjectKey{Name: w.MutatingWebhookConfiguration}, mutating); apierrors.IsNotFound(err) {
+		// Not installed (manifests of an earlier release): nothing calls
+		// the mutating webhook, and new tenants get no prefix of their own.
+		ctrl.LoggerFrom(ctx).Info("No MutatingWebhookConfiguration to give the CA: install config/default of this release", "name", w.MutatingWebhookConfiguration)
+		return nil
+	}
 	return w.setCABundle(ctx, w.MutatingWebhookConfiguration, mutating, ca, func() []*admissionregistrationv1.WebhookClientConfig {
 		var out []*admissionregistrationv1.WebhookClientConfig
 		for i := range mutating.Webhooks {

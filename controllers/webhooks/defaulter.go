@@ -15,6 +15,14 @@ import (
 
 // +kubebuilder:webhook:path=/mutate-controlplane-apiserver-operator-dev-v1alpha1-apiserverconfig,mutating=true,failurePolicy=fail,sideEffects=None,groups=controlplane.apiserver-operator.dev,resources=apiserverconfigs,verbs=create;update,versions=v1alpha1,name=mapiserverconfig.controlplane.apiserver-operator.dev,admissionReviewVersions=v1,timeoutSeconds=5
 
+// maxEtcdPrefix is spec.etcd.prefix's longest (the CRD's maxLength);
+// randomSuffix is how many random characters make a generated name's
+// prefix unique.
+const (
+	maxEtcdPrefix = 128
+	randomSuffix  = 10
+)
+
 // ApiServerConfigDefaulter is the mutating admission webhook: it gives a
 // new ApiServerConfig what it keeps from its creation on
 // (apiserver.SetCreateDefaults: an etcd prefix of its own), and keeps it
@@ -36,8 +44,10 @@ func (ApiServerConfigDefaulter) Default(ctx context.Context, cfg *v1alpha1.ApiSe
 	case admissionv1.Create:
 		if cfg.Name == "" && cfg.Spec.Etcd.Prefix == "" {
 			// generateName: the name is chosen after admission; the
-			// prefix is made as unique.
-			cfg.Spec.Etcd.Prefix = apiserver.NewTenantEtcdPrefix(cfg.Namespace, cfg.GenerateName+utilrand.String(10))
+			// prefix is made as unique, within spec.etcd.prefix's length.
+			base := apiserver.NewTenantEtcdPrefix(cfg.Namespace, "")
+			generate := cfg.GenerateName[:min(len(cfg.GenerateName), maxEtcdPrefix-len(base)-randomSuffix)]
+			cfg.Spec.Etcd.Prefix = base + generate + utilrand.String(randomSuffix)
 		}
 		apiserver.SetCreateDefaults(cfg)
 	case admissionv1.Update:

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,7 +88,11 @@ const DefaultManagementNodePortRange = "30000-32767"
 // (k8s.io/kubernetes' portallocator checks only that it is free when it
 // does not allocate), and no API tells the range: nodePorts, the
 // management cluster's --service-node-port-range, is checked here.
-func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig, created bool, nodePorts *utilnet.PortRange) (field.ErrorList, []string) {
+//
+// live reads what exists from the API server, not from a cache, which
+// holds only the operator's own objects: it says whose an object in a new
+// tenant's way is.
+func DryRun(ctx context.Context, c client.Client, live client.Reader, cfg *v1alpha1.ApiServerConfig, created bool, nodePorts *utilnet.PortRange) (field.ErrorList, []string) {
 	if s := cfg.Spec.Serving.Service; s.NodePort != nil && nodePorts != nil && s.Type != corev1.ServiceTypeClusterIP && !nodePorts.Contains(int(*s.NodePort)) {
 		return field.ErrorList{field.Invalid(serviceSpec.Child("nodePort"), *s.NodePort, fmt.Sprintf(
 			"the management cluster's node ports are %s (its --service-node-port-range, as the operator's --management-node-port-range says): choose one of them, or leave nodePort out to have one allocated", nodePorts))}, nil
@@ -112,7 +117,7 @@ func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig,
 	g, gctx := errgroup.WithContext(ctx)
 	for i, obj := range asked {
 		g.Go(func() error {
-			results[i] = dryRunWrite(gctx, c, cfg, obj, created)
+			results[i] = dryRunWrite(gctx, c, live, cfg, obj, created)
 			return nil
 		})
 	}
@@ -143,14 +148,15 @@ func DryRun(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig,
 // object that exists. A new tenant's object that exists already and is not
 // its own (apiserver.ClaimOf) is a *nameTaken: the operator would leave it
 // alone and the tenant would never start.
-func dryRunWrite(ctx context.Context, c client.Client, cfg *v1alpha1.ApiServerConfig, obj client.Object, created bool) error {
+func dryRunWrite(ctx context.Context, c client.Client, live client.Reader, cfg *v1alpha1.ApiServerConfig, obj client.Object, created bool) error {
 	if created {
 		err := c.Create(ctx, obj.DeepCopyObject().(client.Object), client.DryRunAll, client.FieldOwner(apiserver.FieldOwner))
 		if !apierrors.IsAlreadyExists(err) {
 			return err
 		}
-		existing := obj.DeepCopyObject().(client.Object)
-		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
+		existing := &metav1.PartialObjectMetadata{}
+		existing.SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
+		if err := live.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
 			return err
 		}
 		if claim := apiserver.ClaimOf(cfg.Name, cfg.UID, existing); !claim.Own() && !claim.Predecessor {

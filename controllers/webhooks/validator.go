@@ -34,6 +34,9 @@ type ApiServerConfigValidator struct {
 	// Client asks the management cluster, with a dry run, whether it takes
 	// the tenant's objects (see DryRun); nil does not ask.
 	Client client.Client
+	// Live reads from the API server, not from a cache: whose an object
+	// in a new tenant's way is (see DryRun).
+	Live client.Reader
 	// NodePorts is the management cluster's --service-node-port-range.
 	NodePorts *utilnet.PortRange
 	// Tenants are every ApiServerConfig, for the checks against the
@@ -60,7 +63,7 @@ func SetupWithManager(mgr ctrl.Manager, a apiadmission.Admission, nodePorts stri
 	}
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.ApiServerConfig{}).
 		WithDefaulter(ApiServerConfigDefaulter{}).
-		WithValidator(ApiServerConfigValidator{Admission: a, Client: mgr.GetClient(), NodePorts: ports, Tenants: tenants}).
+		WithValidator(ApiServerConfigValidator{Admission: a, Client: mgr.GetClient(), Live: mgr.GetAPIReader(), NodePorts: ports, Tenants: tenants}).
 		Complete()
 }
 
@@ -96,7 +99,7 @@ func (v ApiServerConfigValidator) validate(ctx context.Context, old, obj *v1alph
 		// again: a node port another Service took since, a namespace
 		// being deleted, must not hold a deletion or a rotation.
 		var dryRunWarnings []string
-		errs, dryRunWarnings = DryRun(ctx, v.Client, obj, old == nil, v.NodePorts)
+		errs, dryRunWarnings = DryRun(ctx, v.Client, v.Live, obj, old == nil, v.NodePorts)
 		warnings = append(warnings, dryRunWarnings...)
 	}
 	for _, e := range errs {
