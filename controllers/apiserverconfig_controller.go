@@ -129,6 +129,10 @@ type ApiServerConfigReconciler struct {
 	// written remembers, per ApiServerConfig, the object as the operator's
 	// last write (finalizer or status) left it: see fresher.
 	written sync.Map
+	// etcdClientTLS keeps, per ApiServerConfig, the *tls.Config its last
+	// pass reached etcd with (nil without TLS), for deleteData when the
+	// client certificate's Secret is gone before it.
+	etcdClientTLS sync.Map
 }
 
 // writtenConfig is an ApiServerConfig as a write of the operator left it,

@@ -3,8 +3,11 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,4 +72,54 @@ func (r *ApiServerConfigReconciler) claimLive(ctx context.Context, cfg *v1alpha1
 		return nil, fmt.Errorf("reading %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 	}
 	return live, r.claim(cfg, live)
+}
+
+// checkKeyspace keeps a new tenant from starting on keys that are also an
+// older tenant's: admission refuses the pair, but two creations a moment
+// apart, or one while the webhook was off, can pass it. The new one (it
+// has no Deployment) is Stalled at once and writes nothing. A tenant that
+// already runs on keys
+// it shares (created before admission checked) keeps running, with a
+// warning: stopping its reconciliation would let its certificates expire.
+func (r *ApiServerConfigReconciler) checkKeyspace(ctx context.Context, p *pass) error {
+	if r.TenantIndex == nil {
+		return nil
+	}
+	others, err := r.TenantIndex.Overlapping(ctx, p.cfg)
+	if err != nil {
+		return err
+	}
+	var older []string
+	for i := range others {
+		if o := &others[i]; olderThan(o, p.cfg) {
+			name := "an ApiServerConfig in another namespace"
+			if o.Namespace == p.cfg.Namespace {
+				name = "ApiServerConfig " + o.Name
+			}
+			older = append(older, name)
+		}
+	}
+	if len(older) == 0 {
+		return nil
+	}
+	prefix := apiserver.KeyspaceOf(&p.cfg.Spec.Etcd).Prefix
+	msg := fmt.Sprintf("The keys under %s on this tenant's etcd servers are also the data of %s, created before it: two tenants would read and write each other's objects; choose another spec.etcd.prefix",
+		prefix, strings.Join(slices.Compact(older), " and "))
+	if p.current.Name != "" {
+		r.event(p.cfg, corev1.EventTypeWarning, v1alpha1.ReasonSharedKeyspace, "Keyspace", "%s", msg)
+		return nil
+	}
+	p.obs.failure = &envFailure{reason: v1alpha1.ReasonSharedKeyspace, message: msg, atOnce: true,
+		since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonSharedKeyspace, p.now)}
+	p.done = true
+	return nil
+}
+
+// olderThan reports whether a was created before b (by name when at the
+// same second).
+func olderThan(a, b *v1alpha1.ApiServerConfig) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 }

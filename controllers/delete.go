@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"slices"
 	"strings"
@@ -142,6 +143,13 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 			prefix, strings.Join(slices.Compact(names), " and ")))
 	}
 	tlsConfig, _, err := etcdTLS(ctx, r.APIReader, cfg, &c.Spec.Etcd)
+	if err != nil {
+		if remembered, ok := r.etcdClientTLS.Load(client.ObjectKeyFromObject(cfg)); ok {
+			if c, isTLS := remembered.(*tls.Config); isTLS {
+				tlsConfig, err = c, nil
+			}
+		}
+	}
 	if err != nil {
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonReferenceMissing, fmt.Sprintf(
 			"The tenant's data is kept: the operator cannot reach etcd without the client certificate (%v); restore the Secret, or set spec.deletionPolicy to Retain to keep the data and the keys that read it", err))

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -9,11 +10,16 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -170,6 +176,99 @@ func TestApiServerConfigReconciler_DeleteHoldsTheDataWhileEtcdDoesNotAnswer(t *t
 		t.Fatal(err)
 	}
 	waitStalled(t, cfg, v1alpha1.ReasonEtcdUnreachable, "kept until its etcd http://"+lis.Addr().String()+" answers")
+	setDeletionPolicy(t, cfg, v1alpha1.DeletionPolicyRetain)
+	waitGone(t, cfg)
+}
+
+func TestApiServerConfigReconciler_ANewTenantOnAnotherTenantsKeysNeverStarts(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	first := tenant(ns, "first", nil)
+	createReady(t, first)
+	// Admission refuses the second; created without it, the operator
+	// refuses to start it.
+	withoutAdmission(t, ns)
+	second := tenant(ns, "second", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Prefix = first.Spec.Etcd.Prefix })
+	if err := env.Client.Create(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	stalled := func() {
+		t.Helper()
+		eventually(t, 20*time.Second, "the second tenant is Stalled", func() error {
+			got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: second.ObjectMeta})
+			c := conditionOf(got, v1alpha1.ConditionStalled)
+			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonSharedKeyspace || c.ObservedGeneration != got.Generation ||
+				!strings.Contains(c.Message, "also the data of ApiServerConfig first") {
+				return fmt.Errorf("Stalled is %v at generation %d", c, got.Generation)
+			}
+			return nil
+		})
+	}
+	stalled()
+	// A later pass, over an edited spec, still holds it.
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: second.ObjectMeta})
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.MasterCount = ptr.To[int32](2)
+	if err := env.Client.Patch(ctx, got, patch); err != nil {
+		t.Fatal(err)
+	}
+	stalled()
+	d := &appsv1.Deployment{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.DeploymentName(second.Name)}, d); err == nil {
+		t.Fatal("the second tenant got a Deployment")
+	}
+	// The first runs on, Ready.
+	if c := conditionOf(get(t, &v1alpha1.ApiServerConfig{ObjectMeta: first.ObjectMeta}), v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("the first tenant's Ready is %v", c)
+	}
+}
+
+// A namespace's deletion removes the etcd client Secret too, possibly
+// before the operator deletes the tenant's data: the deletion goes on with
+// the certificate the tenant's passes reached etcd with. (The test's etcd
+// speaks no TLS, so the deletion then holds as unreachable, not for a
+// missing Secret: which reason it gives shows which certificate it used.)
+func TestApiServerConfigReconciler_DeleteUsesTheCertificateItRememberedWhenTheSecretIsGone(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	now := time.Now()
+	ca, err := pki.NewSelfSignedCA("etcd-ca", "", 24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCert, err := pki.NewSignedCert(ca, pki.CertConfig{CommonName: "tenant", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, "", time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := clientCert.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-client"},
+		Data: map[string][]byte{"ca.crt": ca.CertPEM(), "tls.crt": clientCert.CertPEM(), "tls.key": key}}
+	if err := env.Client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tenant(ns, "tls", func(s *v1alpha1.ApiServerConfigSpec) {
+		s.Etcd.Servers = []string{"https://" + env.ControlPlane.Etcd.URL.Host}
+		s.Etcd.TLS = &v1alpha1.EtcdTLS{SecretName: secret.Name}
+	})
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "a pass looked at its etcd", func() error {
+		if c := conditionOf(get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta}), v1alpha1.ConditionEtcdAvailable); c == nil || c.Reason != v1alpha1.ReasonEtcdUnreachable {
+			return fmt.Errorf("EtcdAvailable is %v", c)
+		}
+		return nil
+	})
+	if err := env.Client.Delete(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitStalled(t, cfg, v1alpha1.ReasonEtcdUnreachable, "kept until its etcd")
 	setDeletionPolicy(t, cfg, v1alpha1.DeletionPolicyRetain)
 	waitGone(t, cfg)
 }

@@ -24,6 +24,9 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 	if p.etcdTLS, p.etcdTLSID, err = etcdTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
 		return err
 	}
+	// Kept for the deletion of the tenant's data, should the Secret go
+	// first (a namespace being deleted).
+	r.etcdClientTLS.Store(client.ObjectKeyFromObject(p.cfg), p.etcdTLS)
 	if r.Etcd == nil {
 		return nil
 	}

@@ -109,6 +109,7 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 	return []reconcileStep{
 		{"Validate", r.validateSpec},
 		{"Workload", r.observeWorkload},
+		{"Keyspace", r.checkKeyspace},
 		{"References", r.checkReferences},
 		{"Service", r.reconcileService},
 		{"PKI", r.reconcilePKI},
@@ -132,6 +133,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Client.Get(ctx, req.NamespacedName, cfg); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.written.Delete(req.NamespacedName)
+			r.etcdClientTLS.Delete(req.NamespacedName)
 			r.removedAPIs.forget(req.NamespacedName)
 			if r.etcdWatch != nil {
 				r.etcdWatch.forget(req.NamespacedName)

@@ -1,12 +1,15 @@
 package admission
 
 import (
+	"cmp"
 	"fmt"
+	"path"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
 // Gates are the fields that grant power beyond the tenant's own apiserver,
@@ -27,6 +30,12 @@ type Gates struct {
 	// system-cluster-critical and any other system- class), which would
 	// let a tenant's apiservers preempt the platform's pods.
 	PriorityClasses []string
+	// NamespacedEtcdPrefixes admits only etcd prefixes under
+	// /tenants/<namespace>/ (the default a new tenant gets): on an etcd
+	// that tenants of several namespaces share, no namespace can then take
+	// a prefix above another's (/, /tenants) and so refuse its tenants, nor
+	// learn from a refusal that another namespace's tenant exists.
+	NamespacedEtcdPrefixes bool
 }
 
 // DefaultImageRepositories admits imageRepository, the operator's bundled
@@ -45,6 +54,14 @@ func (g Gates) Check(old, cfg *v1alpha1.ApiServerConfig) field.ErrorList {
 		errs = append(errs, field.Forbidden(spec.Child("image"), fmt.Sprintf(
 			"%s is not under a repository the operator admits images from (%s): the image runs with the tenant's service-account signing key and etcd client key; use one of them, leave image out for the bundled kube-apiserver, or ask the platform to add the repository to the operator's --allowed-image-repositories",
 			image, strings.Join(g.ImageRepositories, ", "))))
+	}
+	if g.NamespacedEtcdPrefixes && (old == nil || old.Spec.Etcd.Prefix != cfg.Spec.Etcd.Prefix) {
+		own := apiserver.NewTenantEtcdPrefix(cfg.Namespace, "")
+		if p := path.Join("/", cmp.Or(cfg.Spec.Etcd.Prefix, apiserver.DefaultEtcdPrefix)) + "/"; !strings.HasPrefix(p, own) || p == own {
+			errs = append(errs, field.Forbidden(spec.Child("etcd", "prefix"), fmt.Sprintf(
+				"the operator admits only prefixes under %s, this namespace's (the operator's --namespaced-etcd-prefixes): leave prefix out to get %s%s",
+				own, own, cfg.Name)))
+		}
 	}
 	if class := cfg.Spec.PriorityClassName; class != "" && (old == nil || old.Spec.PriorityClassName != class) && !g.classAdmitted(class) {
 		admitted := "any class but the system's own (system-)"

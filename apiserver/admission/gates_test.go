@@ -13,6 +13,12 @@ func TestGates(t *testing.T) {
 	with := func(image, class string) *v1alpha1.ApiServerConfig {
 		return &v1alpha1.ApiServerConfig{Spec: v1alpha1.ApiServerConfigSpec{Image: image, PriorityClassName: class}}
 	}
+	namespaced := Gates{NamespacedEtcdPrefixes: true}
+	prefixed := func(prefix string) *v1alpha1.ApiServerConfig {
+		cfg := with("", "")
+		cfg.Namespace, cfg.Name, cfg.Spec.Etcd.Prefix = "team-a", "x", prefix
+		return cfg
+	}
 	for _, tc := range []struct {
 		name    string
 		gates   Gates
@@ -38,6 +44,17 @@ func TestGates(t *testing.T) {
 		{"a listed class", Gates{PriorityClasses: []string{"tenants"}}, nil, with("", "tenants"), ""},
 		{"another class than those listed", Gates{PriorityClasses: []string{"tenants"}}, nil, with("", "tenant-high"), "spec.priorityClassName"},
 		{"none listed", Gates{PriorityClasses: []string{}}, nil, with("", "tenants"), "spec.priorityClassName"},
+		{"a prefix of the namespace's own", namespaced, nil, prefixed("/tenants/team-a/x"), ""},
+		{"deeper in the namespace's own", namespaced, nil, prefixed("/tenants/team-a/x/y/"), ""},
+		{"the namespace's whole subtree", namespaced, nil, prefixed("/tenants/team-a"), "spec.etcd.prefix"},
+		{"above every namespace", namespaced, nil, prefixed("/tenants"), "spec.etcd.prefix"},
+		{"the root", namespaced, nil, prefixed("/"), "spec.etcd.prefix"},
+		{"another namespace's", namespaced, nil, prefixed("/tenants/team-b/x"), "spec.etcd.prefix"},
+		{"a namespace whose name starts alike", namespaced, nil, prefixed("/tenants/team-ab/x"), "spec.etcd.prefix"},
+		{"dot segments out of it", namespaced, nil, prefixed("/tenants/team-a/../team-b/x"), "spec.etcd.prefix"},
+		{"none: /registry, as the CRD defaulted before", namespaced, nil, prefixed(""), "spec.etcd.prefix"},
+		{"an existing tenant keeps its prefix", namespaced, prefixed("/registry"), prefixed("/registry"), ""},
+		{"any prefix without the gate", gates, nil, prefixed("/registry"), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			errs := tc.gates.Check(tc.old, tc.cfg)
@@ -46,8 +63,8 @@ func TestGates(t *testing.T) {
 				t.Fatalf("refused: %v", errs)
 			case tc.refused != "" && (len(errs) != 1 || errs[0].Field != tc.refused):
 				t.Fatalf("want %s refused, got %v", tc.refused, errs)
-			case tc.refused != "" && !strings.Contains(errs[0].Error(), "--allowed-"):
-				t.Fatalf("the refusal does not say which operator flag admits more: %v", errs)
+			case tc.refused != "" && !strings.Contains(errs[0].Error(), "operator's --"):
+				t.Fatalf("the refusal does not say which operator flag decides: %v", errs)
 			}
 		})
 	}
