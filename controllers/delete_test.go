@@ -125,19 +125,30 @@ func TestApiServerConfigReconciler_DeleteRemovesTheTenantsDataAndNothingElse(t *
 func TestApiServerConfigReconciler_DeleteKeepsDataThatIsAlsoAnotherTenants(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, nil)
-	outer := tenant(ns, "outer", nil)
-	inner := tenant(ns, "inner", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Prefix = outer.Spec.Etcd.Prefix + "/inner" })
-	createReady(t, outer)
-	// Admission refuses the pair; tenants created without it (or before
-	// it) may share keys.
-	withoutAdmission(t, ns)
+	inner := tenant(ns, "inner", nil)
 	createReady(t, inner)
 	putKeys(t, inner.Spec.Etcd.Prefix+"/configmaps/default/cm-", 10)
-
+	// A tenant whose prefix holds the other's: admission refuses it, and
+	// the operator never starts it (it is the younger); created without
+	// admission, its deletion must not take the other's keys with it.
+	withoutAdmission(t, ns)
+	outer := tenant(ns, "outer", func(s *v1alpha1.ApiServerConfigSpec) {
+		s.Etcd.Prefix = strings.TrimSuffix(inner.Spec.Etcd.Prefix, "/inner")
+	})
+	if err := env.Client.Create(ctx, outer); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the outer tenant is held, with the finalizer", func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: outer.ObjectMeta})
+		if c := conditionOf(got, v1alpha1.ConditionStalled); c == nil || c.Reason != v1alpha1.ReasonSharedKeyspace || len(got.Finalizers) == 0 {
+			return fmt.Errorf("Stalled is %v, finalizers %v", c, got.Finalizers)
+		}
+		return nil
+	})
 	if err := env.Client.Delete(ctx, outer); err != nil {
 		t.Fatal(err)
 	}
-	waitStalled(t, outer, v1alpha1.ReasonSharedKeyspace, "also the data of ApiServerConfig inner")
+	waitStalled(t, outer, v1alpha1.ReasonSharedKeyspace, "are also the data of ApiServerConfig inner, which deleting them would delete")
 	if n := keysUnder(t, inner.Spec.Etcd.Prefix+"/"); n != 10 {
 		t.Fatalf("%d of the other tenant's 10 keys are left", n)
 	}
