@@ -15,6 +15,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 )
 
 // nameConflictRecheck is how often a tenant held by a name conflict looks
@@ -78,9 +79,9 @@ func (r *ApiServerConfigReconciler) claimLive(ctx context.Context, cfg *v1alpha1
 // older tenant's: admission refuses the pair, but two creations a moment
 // apart, or one while the webhook was off, can pass it. The new one (it
 // has no Deployment) is Stalled at once and writes nothing. A tenant that
-// already runs on keys
-// it shares (created before admission checked) keeps running, with a
-// warning: stopping its reconciliation would let its certificates expire.
+// already runs on keys it shares (created before admission checked) keeps
+// running, with a warning: stopping its reconciliation would let its
+// certificates expire.
 func (r *ApiServerConfigReconciler) checkKeyspace(ctx context.Context, p *pass) error {
 	if r.TenantIndex == nil {
 		return nil
@@ -92,11 +93,7 @@ func (r *ApiServerConfigReconciler) checkKeyspace(ctx context.Context, p *pass) 
 	var older []string
 	for i := range others {
 		if o := &others[i]; olderThan(o, p.cfg) {
-			name := "an ApiServerConfig in another namespace"
-			if o.Namespace == p.cfg.Namespace {
-				name = "ApiServerConfig " + o.Name
-			}
-			older = append(older, name)
+			older = append(older, tenantindex.Named(o, p.cfg.Namespace))
 		}
 	}
 	if len(older) == 0 {

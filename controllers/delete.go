@@ -21,6 +21,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -130,12 +131,8 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 	}
 	if len(others) > 0 {
 		var names []string
-		for _, o := range others {
-			if o.Namespace == cfg.Namespace {
-				names = append(names, "ApiServerConfig "+o.Name)
-			} else {
-				names = append(names, "an ApiServerConfig in another namespace")
-			}
+		for i := range others {
+			names = append(names, tenantindex.Named(&others[i], cfg.Namespace))
 		}
 		ctrl.LoggerFrom(ctx).Info("Keeping a deleted tenant's data: another tenant's keys share its prefix", "apiServerConfig", klog.KObj(cfg), "others", others[0].Namespace+"/"+others[0].Name, "count", len(others))
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonSharedKeyspace, fmt.Sprintf(
@@ -145,8 +142,8 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 	tlsConfig, _, err := etcdTLS(ctx, r.APIReader, cfg, &c.Spec.Etcd)
 	if err != nil {
 		if remembered, ok := r.etcdClientTLS.Load(client.ObjectKeyFromObject(cfg)); ok {
-			if c, isTLS := remembered.(*tls.Config); isTLS {
-				tlsConfig, err = c, nil
+			if kept, isTLS := remembered.(*tls.Config); isTLS {
+				tlsConfig, err = kept, nil
 			}
 		}
 	}

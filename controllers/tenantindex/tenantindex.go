@@ -112,3 +112,14 @@ func (t *Tenants) Overlapping(ctx context.Context, cfg *v1alpha1.ApiServerConfig
 	}
 	return out, nil
 }
+
+// Named is how another tenant is named to the owner of a tenant in
+// namespace: by its name in the same namespace, and only as "an
+// ApiServerConfig in another namespace" otherwise (that it exists is all a
+// refusal or a condition may tell of another namespace).
+func Named(other *v1alpha1.ApiServerConfig, namespace string) string {
+	if other.Namespace == namespace {
+		return "ApiServerConfig " + other.Name
+	}
+	return "an ApiServerConfig in another namespace"
+}

@@ -46,9 +46,9 @@ func sharedKeyspaces(ctx context.Context, tenants *tenantindex.Tenants, cfg *v1a
 	prefix := apiserver.KeyspaceOf(&cfg.Spec.Etcd).Prefix
 	var others []string
 	for _, o := range overlapping {
-		other := "an ApiServerConfig in another namespace"
+		other := tenantindex.Named(&o, cfg.Namespace)
 		if o.Namespace == cfg.Namespace {
-			other = fmt.Sprintf("ApiServerConfig %s (prefix %s)", o.Name, apiserver.KeyspaceOf(&o.Spec.Etcd).Prefix)
+			other += fmt.Sprintf(" (prefix %s)", apiserver.KeyspaceOf(&o.Spec.Etcd).Prefix)
 		}
 		if !slices.Contains(others, other) {
 			others = append(others, other)
