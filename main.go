@@ -92,6 +92,7 @@ type options struct {
 	// allowedImages and allowedClasses are nil unless their flag is given.
 	allowedImages, allowedClasses []string
 	namespacedPrefixes            bool
+	deletionConfirmation          bool
 	stallAfter                    time.Duration
 }
 
@@ -155,6 +156,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		func(v string) error { o.allowedClasses = splitList(v); return nil })
 	fs.BoolVar(&o.namespacedPrefixes, "namespaced-etcd-prefixes", false,
 		"Admit only etcd prefixes under /tenants/<namespace>/ (what a tenant without a prefix gets), so that on an etcd shared by tenants of several namespaces none can take a prefix above another namespace's and refuse its tenants. Checked when a spec sets or changes its prefix.")
+	fs.BoolVar(&o.deletionConfirmation, "require-deletion-confirmation", false,
+		"Refuse the deletion of any ApiServerConfig whose deletion deletes its data (deletionPolicy Delete, a tenant that stored data) until it carries the annotation "+controlplanev1alpha1.ConfirmDeletionAnnotation+"=true, as the annotation "+controlplanev1alpha1.DeletionProtectionAnnotation+"=true does for one tenant. A namespace's deletion waits for it too.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+validatorpool.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
 	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
@@ -333,7 +336,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		defer validators.Close()
 		// The tenants' pods run on the manager's pod network: their
 		// --advertise-address has the family of the manager's own IP.
-		gates := &admission.Gates{ImageRepositories: o.allowedImages, PriorityClasses: o.allowedClasses, NamespacedEtcdPrefixes: o.namespacedPrefixes}
+		gates := &admission.Gates{ImageRepositories: o.allowedImages, PriorityClasses: o.allowedClasses, NamespacedEtcdPrefixes: o.namespacedPrefixes, DeletionConfirmation: o.deletionConfirmation}
 		if gates.ImageRepositories == nil {
 			gates.ImageRepositories = admission.DefaultImageRepositories(o.imageRepository)
 		}

@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"cmp"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/url"
 	"path"
@@ -24,9 +26,9 @@ type EtcdKeyspace struct {
 	// Addresses are the servers' host:port, the host in lower case, sorted
 	// and distinct. The same etcd reached under two names (a DNS name and
 	// an IP) counts as two.
-	Addresses []string
+	Addresses []string `json:"addresses"`
 	// Prefix is cleaned and rooted: "/registry", "/tenants/a".
-	Prefix string
+	Prefix string `json:"prefix"`
 }
 
 // KeyspaceOf is the keyspace of spec.etcd.
@@ -105,4 +107,34 @@ func ancestors(p string) []string {
 		}
 	}
 	return out
+}
+
+// Marks of the Secrets a tenant deleted with deletionPolicy Retain kept:
+// the label makes them easy to find (the tenant index watches them), the
+// annotation says where the data they read is (EtcdKeyspace in JSON). No
+// other tenant may store there while they exist; the tenant created again
+// with the same namespace and name takes the data back.
+const (
+	RetainedDataLabel          = "controlplane.apiserver-operator.dev/retained-data"
+	RetainedKeyspaceAnnotation = "controlplane.apiserver-operator.dev/retained-keyspace"
+)
+
+// Annotation is k as RetainedKeyspaceAnnotation holds it.
+func (k EtcdKeyspace) Annotation() string {
+	b, _ := json.Marshal(k) // strings only: never fails
+	return string(b)
+}
+
+// RetainedKeyspace reads the keyspace a retained Secret's annotations
+// name; ok is false when they name none.
+func RetainedKeyspace(annotations map[string]string) (EtcdKeyspace, bool, error) {
+	v, found := annotations[RetainedKeyspaceAnnotation]
+	if !found {
+		return EtcdKeyspace{}, false, nil
+	}
+	var k EtcdKeyspace
+	if err := json.Unmarshal([]byte(v), &k); err != nil || k.Prefix == "" {
+		return EtcdKeyspace{}, false, fmt.Errorf("annotation %s is not a keyspace (%q): restore what the operator wrote", RetainedKeyspaceAnnotation, v)
+	}
+	return k, true, nil
 }

@@ -96,18 +96,31 @@ func (r *ApiServerConfigReconciler) checkKeyspace(ctx context.Context, p *pass) 
 			older = append(older, tenantindex.Named(o, p.cfg.Namespace))
 		}
 	}
-	if len(older) == 0 {
-		return nil
-	}
 	prefix := apiserver.KeyspaceOf(&p.cfg.Spec.Etcd).Prefix
-	msg := fmt.Sprintf("The keys under %s on this tenant's etcd servers are also the data of %s, created before it: two tenants would read and write each other's objects; choose another spec.etcd.prefix",
-		prefix, strings.Join(slices.Compact(older), " and "))
+	reason, msg := v1alpha1.ReasonSharedKeyspace, ""
+	if len(older) > 0 {
+		msg = fmt.Sprintf("The keys under %s on this tenant's etcd servers are also the data of %s, created before it: two tenants would read and write each other's objects; choose another spec.etcd.prefix",
+			prefix, strings.Join(slices.Compact(older), " and "))
+	} else {
+		retained, err := r.TenantIndex.RetainedOverlapping(ctx, p.cfg)
+		if err != nil || len(retained) == 0 {
+			return err
+		}
+		var names []string
+		for _, o := range retained {
+			names = append(names, tenantindex.NamedRetained(o, p.cfg.Namespace))
+		}
+		reason = v1alpha1.ReasonRetainedKeyspace
+		msg = fmt.Sprintf("The keys under %s on this tenant's etcd servers are data that %s kept (deletionPolicy Retain), for an ApiServerConfig of that name to take back: choose another spec.etcd.prefix",
+			prefix, strings.Join(slices.Compact(names), " and "))
+	}
 	if p.current.Name != "" {
-		r.event(p.cfg, corev1.EventTypeWarning, v1alpha1.ReasonSharedKeyspace, "Keyspace", "%s", msg)
+		r.event(p.cfg, corev1.EventTypeWarning, reason, "Keyspace", "%s", msg)
 		return nil
 	}
-	p.obs.failure = &envFailure{reason: v1alpha1.ReasonSharedKeyspace, message: msg, atOnce: true,
-		since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonSharedKeyspace, p.now)}
+	p.obs.failure = &envFailure{reason: reason, message: msg, atOnce: true,
+		since: failingSince(p.before.Status.Conditions, reason, p.now)}
+	p.requeueWithin(nameConflictRecheck)
 	p.done = true
 	return nil
 }

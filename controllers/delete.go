@@ -36,7 +36,11 @@ func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1
 		return ctrl.Result{}, nil
 	}
 	retain := apiserver.DeletionPolicyOf(&cfg.Spec) == v1alpha1.DeletionPolicyRetain
-	if !retain {
+	stored, err := r.storedData(ctx, cfg)
+	if err != nil {
+		return ctrl.Result{}, step("Delete", err)
+	}
+	if !retain && stored {
 		wait, err := r.deleteData(ctx, cfg)
 		if err != nil || wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, err
@@ -50,7 +54,7 @@ func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1
 		obj.SetNamespace(cfg.Namespace)
 		obj.SetName(o.Name)
 		if retain && o.Retainable {
-			err = r.orphan(ctx, cfg, obj)
+			err = r.orphan(ctx, cfg, obj, stored)
 		} else {
 			err = r.deleteIfOwned(ctx, cfg, obj)
 		}
@@ -65,6 +69,43 @@ func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1
 	}
 	forgetMetrics(cfg)
 	return ctrl.Result{}, nil
+}
+
+// storedData reports whether cfg ever stored data: status.dataPrefix says
+// where, once its first apiserver was about to start (see checkData). A
+// tenant that never started (held by a conflict, stalled on foreign keys)
+// has no data to delete or keep, and the keys under its prefix are not its
+// own. A tenant that ran before the operator recorded dataPrefix, and was
+// deleted before a pass recorded it, has its Deployment still: its prefix
+// is recorded now, before the Deployment goes.
+func (r *ApiServerConfigReconciler) storedData(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (bool, error) {
+	if cfg.Status.DataPrefix != "" {
+		return true, nil
+	}
+	d := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, d); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if !apiserver.ClaimOf(cfg.Name, cfg.UID, d).Own() {
+		return false, nil
+	}
+	before := cfg.DeepCopy()
+	cfg.Status.DataPrefix = apiserver.KeyspaceOf(&cfg.Spec.Etcd).Prefix
+	if err := r.Client.Status().Patch(ctx, cfg, client.MergeFrom(before)); err != nil {
+		return false, fmt.Errorf("recording where the deleted tenant's data is: %w", err)
+	}
+	return true, nil
+}
+
+// dataKeyspace is where cfg's data is: its etcd servers, under the prefix
+// it stored under (status.dataPrefix), which may differ from the spec's
+// when a change of prefix was held.
+func dataKeyspace(cfg *v1alpha1.ApiServerConfig) *v1alpha1.ApiServerConfig {
+	held := cfg.DeepCopy()
+	if cfg.Status.DataPrefix != "" {
+		held.Spec.Etcd.Prefix = cfg.Status.DataPrefix
+	}
+	return held
 }
 
 // Waits of a deletion that holds the tenant's data.
@@ -111,7 +152,7 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 			fmt.Sprintf("Waiting for %d apiservers to stop before deleting the tenant's data", running))
 	}
 
-	c, err := apiserver.Complete(cfg, apiserver.Inputs{})
+	c, err := apiserver.Complete(dataKeyspace(cfg), apiserver.Inputs{})
 	if err != nil {
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonInvalidSpec,
 			fmt.Sprintf("The tenant's data is kept: its etcd keys cannot be found from the spec (%v); fix the spec, or set spec.deletionPolicy to Retain to keep the data and the keys that read it", err))
@@ -125,16 +166,24 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonSharedKeyspace,
 			"The tenant's data is kept: this operator has no index of the other tenants to prove that none shares the prefix")
 	}
-	others, err := r.TenantIndex.Overlapping(ctx, cfg)
+	others, err := r.TenantIndex.Overlapping(ctx, dataKeyspace(cfg))
 	if err != nil {
 		return 0, step("Delete", err)
 	}
-	if len(others) > 0 {
+	retained, err := r.TenantIndex.RetainedOverlapping(ctx, dataKeyspace(cfg))
+	if err != nil {
+		return 0, step("Delete", err)
+	}
+	if len(others) > 0 || len(retained) > 0 {
 		var names []string
 		for i := range others {
 			names = append(names, tenantindex.Named(&others[i], cfg.Namespace))
 		}
-		ctrl.LoggerFrom(ctx).Info("Keeping a deleted tenant's data: another tenant's keys share its prefix", "apiServerConfig", klog.KObj(cfg), "others", others[0].Namespace+"/"+others[0].Name, "count", len(others))
+		for _, o := range retained {
+			names = append(names, tenantindex.NamedRetained(o, cfg.Namespace)+" (its retained data)")
+		}
+		slices.Sort(names)
+		ctrl.LoggerFrom(ctx).Info("Keeping a deleted tenant's data: another tenant's keys share its prefix", "apiServerConfig", klog.KObj(cfg), "others", len(others), "retained", len(retained))
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonSharedKeyspace, fmt.Sprintf(
 			"The tenant's data is kept: the keys under %s on its etcd servers are also the data of %s, which deleting them would delete; set spec.deletionPolicy to Retain to let this ApiServerConfig go without its data",
 			prefix, strings.Join(slices.Compact(names), " and ")))
@@ -196,22 +245,46 @@ func (r *ApiServerConfigReconciler) deletionStatus(ctx context.Context, cfg *v1a
 	return nil
 }
 
-// orphan removes cfg's owner reference from obj, so that it outlives cfg.
-func (r *ApiServerConfigReconciler) orphan(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
+// orphan removes cfg's owner reference from obj, so that it outlives cfg,
+// and marks it as retained, with where the data it reads is (the tenant
+// index keeps other tenants off that keyspace while the mark exists).
+func (r *ApiServerConfigReconciler) orphan(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object, stored bool) error {
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	if !apiserver.ClaimOf(cfg.Name, cfg.UID, obj).Own() {
+		return nil
+	}
 	refs := obj.GetOwnerReferences()
 	kept := slices.DeleteFunc(slices.Clone(refs), func(ref metav1.OwnerReference) bool { return ref.UID == cfg.UID })
-	if len(kept) == len(refs) {
+	mark := ""
+	if stored {
+		mark = apiserver.KeyspaceOf(&dataKeyspace(cfg).Spec.Etcd).Annotation()
+	}
+	if len(kept) == len(refs) && obj.GetAnnotations()[apiserver.RetainedKeyspaceAnnotation] == mark &&
+		obj.GetLabels()[apiserver.NameLabel] == cfg.Name {
 		return nil
 	}
 	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
 	obj.SetOwnerReferences(kept)
+	obj.SetLabels(withEntry(obj.GetLabels(), apiserver.NameLabel, cfg.Name))
+	if stored {
+		obj.SetLabels(withEntry(obj.GetLabels(), apiserver.RetainedDataLabel, "true"))
+		obj.SetAnnotations(withEntry(obj.GetAnnotations(), apiserver.RetainedKeyspaceAnnotation, mark))
+	}
 	if err := r.Client.Patch(ctx, obj, patch); err != nil {
-		return fmt.Errorf("keeping %s (pkiRetention Retain): %w", obj.GetName(), err)
+		return fmt.Errorf("keeping %s (deletionPolicy Retain): %w", obj.GetName(), err)
 	}
 	return nil
+}
+
+// withEntry is m with key set to value (m may be nil).
+func withEntry(m map[string]string, key, value string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[key] = value
+	return m
 }
 
 // ownedObject is an empty object of an owned kind.

@@ -79,13 +79,14 @@ func waitStalled(t *testing.T, cfg *v1alpha1.ApiServerConfig, reason, says strin
 	})
 }
 
-func setDeletionPolicy(t *testing.T, cfg *v1alpha1.ApiServerConfig, policy v1alpha1.DeletionPolicy) {
+// retainOnDeletion sets cfg's deletionPolicy to Retain.
+func retainOnDeletion(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
 	t.Helper()
 	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
 	patch := client.MergeFrom(got.DeepCopy())
-	got.Spec.DeletionPolicy = policy
+	got.Spec.DeletionPolicy = v1alpha1.DeletionPolicyRetain
 	if err := env.Client.Patch(context.Background(), got, patch); err != nil {
-		t.Fatalf("setting deletionPolicy %s: %v", policy, err)
+		t.Fatalf("setting deletionPolicy Retain: %v", err)
 	}
 }
 
@@ -125,38 +126,47 @@ func TestApiServerConfigReconciler_DeleteRemovesTheTenantsDataAndNothingElse(t *
 func TestApiServerConfigReconciler_DeleteKeepsDataThatIsAlsoAnotherTenants(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, nil)
-	inner := tenant(ns, "inner", nil)
-	createReady(t, inner)
-	putKeys(t, inner.Spec.Etcd.Prefix+"/configmaps/default/cm-", 10)
-	// A tenant whose prefix holds the other's: admission refuses it, and
-	// the operator never starts it (it is the younger); created without
-	// admission, its deletion must not take the other's keys with it.
+	outer := tenant(ns, "above", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Prefix = "/tenants/" + ns })
+	createReady(t, outer)
+	putKeys(t, outer.Spec.Etcd.Prefix+"/configmaps/default/cm-", 10)
+	// A tenant whose prefix is within the other's: admission refuses it,
+	// and the operator never starts it (it is the younger; by name, the
+	// later, when both were created in one second). Its keys stand
+	// for those of a tenant that ran before admission checked prefixes.
 	withoutAdmission(t, ns)
-	outer := tenant(ns, "outer", func(s *v1alpha1.ApiServerConfigSpec) {
-		s.Etcd.Prefix = strings.TrimSuffix(inner.Spec.Etcd.Prefix, "/inner")
-	})
-	if err := env.Client.Create(ctx, outer); err != nil {
+	inner := tenant(ns, "within", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Prefix = outer.Spec.Etcd.Prefix + "/inner" })
+	if err := env.Client.Create(ctx, inner); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the outer tenant is held, with the finalizer", func() error {
-		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: outer.ObjectMeta})
-		if c := conditionOf(got, v1alpha1.ConditionStalled); c == nil || c.Reason != v1alpha1.ReasonSharedKeyspace || len(got.Finalizers) == 0 {
-			return fmt.Errorf("Stalled is %v, finalizers %v", c, got.Finalizers)
+	eventually(t, 20*time.Second, "the inner tenant is held", func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: inner.ObjectMeta})
+		if c := conditionOf(got, v1alpha1.ConditionStalled); c == nil || c.Reason != v1alpha1.ReasonSharedKeyspace {
+			return fmt.Errorf("Stalled is %v", c)
 		}
 		return nil
 	})
+	putKeys(t, inner.Spec.Etcd.Prefix+"/configmaps/default/cm-", 7)
+
+	// The outer tenant's deletion must not take the inner's keys with it.
 	if err := env.Client.Delete(ctx, outer); err != nil {
 		t.Fatal(err)
 	}
-	waitStalled(t, outer, v1alpha1.ReasonSharedKeyspace, "are also the data of ApiServerConfig inner, which deleting them would delete")
-	if n := keysUnder(t, inner.Spec.Etcd.Prefix+"/"); n != 10 {
-		t.Fatalf("%d of the other tenant's 10 keys are left", n)
+	waitStalled(t, outer, v1alpha1.ReasonSharedKeyspace, "are also the data of ApiServerConfig within, which deleting them would delete")
+	if n := keysUnder(t, outer.Spec.Etcd.Prefix+"/"); n != 17 {
+		t.Fatalf("%d of the 17 keys are left", n)
 	}
 	// Retain lets it go, and keeps the keys.
-	setDeletionPolicy(t, outer, v1alpha1.DeletionPolicyRetain)
+	retainOnDeletion(t, outer)
 	waitGone(t, outer)
-	if n := keysUnder(t, inner.Spec.Etcd.Prefix+"/"); n != 10 {
-		t.Fatalf("%d of the other tenant's 10 keys are left", n)
+	// The inner tenant never started: it stored nothing, and its deletion
+	// (Delete) removes none of the keys under its prefix, which are not
+	// its own.
+	if err := env.Client.Delete(ctx, inner); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, inner)
+	if n := keysUnder(t, outer.Spec.Etcd.Prefix+"/"); n != 17 {
+		t.Fatalf("%d of the 17 keys are left", n)
 	}
 }
 
@@ -178,16 +188,20 @@ func TestApiServerConfigReconciler_DeleteHoldsTheDataWhileEtcdDoesNotAnswer(t *t
 			_ = c.Close()
 		}
 	}()
-	cfg := tenant(ns, "unreachable", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Servers = []string{"http://" + lis.Addr().String()} })
-	if err := env.Client.Create(ctx, cfg); err != nil {
+	// The tenant starts on the test's etcd, then moves to the address.
+	cfg := tenant(ns, "unreachable", nil)
+	createReady(t, cfg)
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.Etcd.Servers = []string{"http://" + lis.Addr().String()}
+	if err := env.Client.Patch(ctx, got, patch); err != nil {
 		t.Fatal(err)
 	}
-	waitForDeployment(t, cfg)
 	if err := env.Client.Delete(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	waitStalled(t, cfg, v1alpha1.ReasonEtcdUnreachable, "kept until its etcd http://"+lis.Addr().String()+" answers")
-	setDeletionPolicy(t, cfg, v1alpha1.DeletionPolicyRetain)
+	retainOnDeletion(t, cfg)
 	waitGone(t, cfg)
 }
 
@@ -273,6 +287,14 @@ func TestApiServerConfigReconciler_DeleteUsesTheCertificateItRememberedWhenTheSe
 		}
 		return nil
 	})
+	// It stored data on that prefix, as a tenant that ran would have (the
+	// test's etcd speaks no TLS: this one never could).
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Status.DataPrefix = cfg.Spec.Etcd.Prefix
+	if err := env.Client.Status().Patch(ctx, got, patch); err != nil {
+		t.Fatal(err)
+	}
 	if err := env.Client.Delete(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +302,6 @@ func TestApiServerConfigReconciler_DeleteUsesTheCertificateItRememberedWhenTheSe
 		t.Fatal(err)
 	}
 	waitStalled(t, cfg, v1alpha1.ReasonEtcdUnreachable, "kept until its etcd")
-	setDeletionPolicy(t, cfg, v1alpha1.DeletionPolicyRetain)
+	retainOnDeletion(t, cfg)
 	waitGone(t, cfg)
 }

@@ -71,7 +71,9 @@ func (f *fakeTenant) Rewrite(ctx context.Context, r tenantio.Resource, namespace
 	f.rewrites.Add(1)
 	value := "k8s\x00plain again"
 	if keys.Current.Covers(r.Resource) {
-		value = keys.Current.Key.StoredPrefix() + "ciphertext of " + name
+		if value, err = seal(keys.Current.Key, key, "ciphertext of "+name); err != nil {
+			return err
+		}
 	}
 	_, err = f.etcd.Put(ctx, key, value)
 	return err
@@ -109,6 +111,8 @@ func TestApiServerConfigReconciler_EncryptsWhatWasStoredAndRotatesTheKey(t *test
 		// 5 a second: the 30 stale values take more than one pass.
 		s.Encryption = &v1alpha1.EncryptionSpec{Provider: v1alpha1.EncryptionSecretbox, RewritesPerSecond: ptr.To[int32](5)}
 	})
+	// The keys written before it are its own (a cluster it takes over).
+	cfg.Annotations = map[string]string{v1alpha1.AdoptDataAnnotation: cfg.Spec.Etcd.Prefix}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{env.ControlPlane.Etcd.URL.String()}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

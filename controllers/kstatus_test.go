@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -185,12 +186,17 @@ func TestApiServerConfigReconciler_UnreachableEtcdStallsAfterTheGracePeriod(t *t
 	if seen[0] != kstatus.InProgressStatus.String() || strings.Contains(strings.Join(seen, ","), kstatus.CurrentStatus.String()) {
 		t.Fatalf("kstatus went %v: want InProgress, then Failed, never Current", seen)
 	}
-	// The operator still did what it could: the Deployment is there.
-	waitForDeployment(t, cfg)
+	// Nothing starts before its etcd answers (the operator must see that
+	// the tenant's prefix holds nothing foreign first): no Deployment.
+	d := &appsv1.Deployment{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}, d); !apierrors.IsNotFound(err) {
+		t.Fatalf("a tenant whose etcd never answered has a Deployment (%v)", err)
+	}
 
-	// A spec that points at a working etcd clears it.
+	// A spec that points at a working etcd clears it, and it starts.
 	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Servers = []string{env.ControlPlane.Etcd.URL.String()} })
 	sw.waitFor(t, 20*time.Second, kstatus.InProgressStatus)
+	waitForDeployment(t, cfg)
 }
 
 func TestApiServerConfigReconciler_UnschedulablePodStallsAndClears(t *testing.T) {

@@ -116,6 +116,7 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 		{"Etcd", r.reconcileEtcd},
 		{"Sizing", r.reconcileSizing},
 		{"Config", r.loadConfig},
+		{"Data", r.checkData},
 		{"Preflight", r.preflightUpgrade},
 		{"Render", r.renderObjects},
 		{"Encryption", r.reconcileEncryption},

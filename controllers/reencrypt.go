@@ -16,8 +16,12 @@ import (
 )
 
 // reencryptRetry is how soon a pass that rewrote nothing (every rewrite
-// failed) looks again.
-const reencryptRetry = 10 * time.Second
+// failed) looks again; undecryptableRecheck, when what is left is only
+// values no key of the tenant reads (a person must act).
+const (
+	reencryptRetry       = 10 * time.Second
+	undecryptableRecheck = 5 * time.Minute
+)
 
 // reconcileEncryption proves, while the encryption key's rotation waits
 // for it, that every stored value of the encrypted resources carries the
@@ -64,11 +68,32 @@ func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *
 	if err != nil {
 		return fmt.Errorf("proving the re-encryption: %w", err)
 	}
-	stale, total, err := r.staleValues(ctx, p, areas, p.c.Spec.Encryption)
+	read, err := apiserver.NewDecrypter(e.keys)
+	if err != nil {
+		return fmt.Errorf("proving the re-encryption: %w", err)
+	}
+	stale, total, unreadable, err := r.staleValues(ctx, p, areas, p.c.Spec.Encryption, read)
 	if err != nil {
 		return err
 	}
-	if total == 0 {
+	if unreadable.count > 0 {
+		// No rewrite can read them, and kube-apiserver fails every list of
+		// their resources: the tenant is not Ready, and the rotation keeps
+		// every key it has until a person decides.
+		msg := fmt.Sprintf("%d stored values are encrypted with keys the tenant does not hold (first: %s): kube-apiserver fails every list of their resources; restore Secret %s from a backup, or delete those keys from etcd",
+			unreadable.count, unreadable.first, apiserver.EncryptionSecretName(p.cfg.Name))
+		if p.obs.failure == nil {
+			p.obs.failure = &envFailure{reason: v1alpha1.ReasonUndecryptable, message: msg, atOnce: true,
+				since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonUndecryptable, p.now)}
+		}
+		e.progress = msg
+		total -= unreadable.count
+		if total == 0 {
+			p.requeueWithin(undecryptableRecheck)
+			return nil
+		}
+	}
+	if total == 0 && unreadable.count == 0 {
 		if left, where, err := r.valuesUnder(ctx, p, e.keys.Old); err != nil || left > 0 {
 			if err == nil {
 				e.progress = fmt.Sprintf("%d stored values outside the encrypted resources still carry %s (first: %s): restore spec.encryption.resources to what it was, or rewrite them", left, e.keys.Old.Key.Name, where)
@@ -98,7 +123,12 @@ func (r *ApiServerConfigReconciler) reconcileEncryption(ctx context.Context, p *
 		}
 	}
 	rewritten, failed := rewrite(ctx, p, api, served, stale)
-	e.progress = fmt.Sprintf("re-encrypting with %s: %d stored values still carry an older key or none, %d rewritten in this pass", e.keys.Current.Key.Name, total-rewritten, rewritten)
+	if unreadable.count > 0 {
+		e.progress += "; "
+	} else {
+		e.progress = ""
+	}
+	e.progress += fmt.Sprintf("re-encrypting with %s: %d stored values still carry an older key or none, %d rewritten in this pass", e.keys.Current.Key.Name, total-rewritten, rewritten)
 	if failed != nil {
 		e.progress += "; failed: " + failed.Error()
 	}
@@ -170,26 +200,44 @@ type staleValue struct {
 
 // staleValues scans every area and returns how many values are stale, and
 // the first of them, as many as a pass rewrites.
-func (r *ApiServerConfigReconciler) staleValues(ctx context.Context, p *pass, areas []apiserver.EncryptedArea, e *v1alpha1.EncryptionSpec) ([]staleValue, int, error) {
+func (r *ApiServerConfigReconciler) staleValues(ctx context.Context, p *pass, areas []apiserver.EncryptedArea, e *v1alpha1.EncryptionSpec, read *apiserver.Decrypter) ([]staleValue, int, unreadableValues, error) {
 	limit := int(rewritesPerSecond(e) * int32(reencryptSlice/time.Second))
 	var stale []staleValue
+	var unreadable unreadableValues
 	total := 0
 	for i := range areas {
 		a := &areas[i]
 		err := r.Etcd.Scan(ctx, a.Servers, p.etcdTLS, a.KeyPrefix, func(key, value []byte) {
-			if storedWith(a, value) {
+			// A value can carry the prefix of a key of the tenant's and
+			// still not be its (another key-1): each one is decrypted.
+			readable := read.Reads(key, value)
+			if readable && storedWith(a, value) {
 				return
 			}
 			total++
+			if !readable {
+				if unreadable.count == 0 {
+					unreadable.first = string(key)
+				}
+				unreadable.count++
+				return
+			}
 			if len(stale) < limit {
 				stale = append(stale, staleValue{area: a, key: string(key)})
 			}
 		})
 		if err != nil {
-			return nil, 0, fmt.Errorf("proving the re-encryption: %w", err)
+			return nil, 0, unreadable, fmt.Errorf("proving the re-encryption: %w", err)
 		}
 	}
-	return stale, total, nil
+	return stale, total, unreadable, nil
+}
+
+// unreadableValues are stored values that none of the tenant's keys
+// decrypts: how many, and the first one's etcd key.
+type unreadableValues struct {
+	count int
+	first string
 }
 
 // storedWith reports whether value is as the area wants it: written with

@@ -158,6 +158,8 @@ func TestApiServerConfigReconciler_AutoSizingResizesOnceThenStaysPut(t *testing.
 		s.CacheSizing.Policy = v1alpha1.CacheSizingAuto
 		s.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Gi")}
 	})
+	// The keys written before it are its own (a cluster it takes over).
+	cfg.Annotations = map[string]string{v1alpha1.AdoptDataAnnotation: cfg.Spec.Etcd.Prefix}
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -996,6 +996,14 @@ type ApiServerConfigStatus struct {
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 
+	// DataPrefix is the etcd prefix whose keys are this tenant's own data:
+	// the operator found it empty, or holding what this tenant kept with
+	// deletionPolicy Retain and can decrypt, before the tenant's first
+	// apiserver started on it. A tenant never starts on a prefix that holds
+	// keys it did not write (reason ForeignData).
+	// +optional
+	DataPrefix string `json:"dataPrefix,omitempty"`
+
 	// AdminKubeconfigSecretName names the Secret, key value, that holds a
 	// kubeconfig with cluster-admin rights.
 	// +optional

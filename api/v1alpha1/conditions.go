@@ -53,6 +53,20 @@ const (
 	// key (with the re-encryption of every stored object) whenever its
 	// value changes.
 	RotateEncryptionKeyAnnotation = "controlplane.apiserver-operator.dev/rotate-encryption-key"
+	// AdoptDataAnnotation, set to the tenant's etcd prefix, lets a tenant
+	// start on keys it did not write (reason ForeignData otherwise): the
+	// data of a cluster whose etcd it takes over. It never adopts the data
+	// another tenant kept (deletionPolicy Retain), nor values its keys do
+	// not read.
+	AdoptDataAnnotation = "controlplane.apiserver-operator.dev/adopt-data"
+	// DeletionProtectionAnnotation "true" protects a tenant that holds data
+	// from deletion with deletionPolicy Delete: admission refuses it until
+	// ConfirmDeletionAnnotation is "true" (the operator's
+	// --require-deletion-confirmation protects every tenant).
+	DeletionProtectionAnnotation = "controlplane.apiserver-operator.dev/deletion-protection"
+	// ConfirmDeletionAnnotation "true" confirms the deletion of a protected
+	// tenant, and of its data.
+	ConfirmDeletionAnnotation = "controlplane.apiserver-operator.dev/confirm-deletion"
 )
 
 // Condition reasons. A reason is CamelCase and says why a condition has its
@@ -113,6 +127,25 @@ const (
 	// ReasonDataDeleted: a deleted tenant's data was removed from etcd
 	// (an event).
 	ReasonDataDeleted = "DataDeleted"
+	// ReasonForeignData: the tenant's etcd prefix holds keys it did not
+	// write (a deleted tenant's that were not deleted, anything written
+	// there directly), or values its keys cannot decrypt; it does not
+	// start on them. It stalls at once: only a person can resolve it.
+	ReasonForeignData = "ForeignData"
+	// ReasonDataTakenBack: a tenant created again took back the data and
+	// the keys its predecessor of the same name kept with deletionPolicy
+	// Retain (an event).
+	ReasonDataTakenBack = "DataTakenBack"
+	// ReasonDataAdopted: a tenant started on keys it did not write, which
+	// AdoptDataAnnotation said are its own (an event).
+	ReasonDataAdopted = "DataAdopted"
+	// ReasonUndecryptable: stored values of the tenant are encrypted with
+	// keys it does not hold; kube-apiserver fails every list of their
+	// resources. It stalls at once: only a person can resolve it.
+	ReasonUndecryptable = "Undecryptable"
+	// ReasonRetainedKeyspace: the tenant's etcd prefix overlaps the data a
+	// deleted tenant of another name kept with deletionPolicy Retain.
+	ReasonRetainedKeyspace = "RetainedKeyspace"
 	// ReasonPodUnschedulable: an apiserver pod cannot be scheduled.
 	ReasonPodUnschedulable = "PodUnschedulable"
 	// ReasonImagePullFailed: an apiserver pod cannot pull its image.

@@ -36,6 +36,29 @@ type Gates struct {
 	// a prefix above another's (/, /tenants) and so refuse its tenants, nor
 	// learn from a refusal that another namespace's tenant exists.
 	NamespacedEtcdPrefixes bool
+	// DeletionConfirmation protects every tenant as
+	// DeletionProtectionAnnotation protects one (see CheckDelete).
+	DeletionConfirmation bool
+}
+
+// CheckDelete refuses the deletion of a protected tenant that holds data
+// its deletion deletes (deletionPolicy Delete, and it stored data:
+// status.dataPrefix) unless ConfirmDeletionAnnotation is "true", as
+// Gardener asks of a cluster. A tenant is protected when it carries
+// DeletionProtectionAnnotation "true", or every tenant is
+// (DeletionConfirmation). Retain needs no confirmation: nothing is lost.
+func (g Gates) CheckDelete(cfg *v1alpha1.ApiServerConfig) error {
+	protected := g.DeletionConfirmation || cfg.Annotations[v1alpha1.DeletionProtectionAnnotation] == "true"
+	if !protected || cfg.Status.DataPrefix == "" || cfg.Annotations[v1alpha1.ConfirmDeletionAnnotation] == "true" ||
+		apiserver.DeletionPolicyOf(&cfg.Spec) != v1alpha1.DeletionPolicyDelete {
+		return nil
+	}
+	why := "annotation " + v1alpha1.DeletionProtectionAnnotation + " protects it"
+	if g.DeletionConfirmation {
+		why = "the operator protects every tenant (--require-deletion-confirmation)"
+	}
+	return fmt.Errorf("ApiServerConfig %s holds data (etcd prefix %s) that deleting it deletes (deletionPolicy Delete), and %s: set annotation %s=true first to confirm, or set spec.deletionPolicy to Retain to keep the data",
+		cfg.Name, cfg.Status.DataPrefix, why, v1alpha1.ConfirmDeletionAnnotation)
 }
 
 // DefaultImageRepositories admits imageRepository, the operator's bundled

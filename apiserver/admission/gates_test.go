@@ -69,3 +69,34 @@ func TestGates(t *testing.T) {
 		})
 	}
 }
+
+func TestGates_CheckDeleteAsksForAConfirmationWhereDataWouldGo(t *testing.T) {
+	tenant := func(policy v1alpha1.DeletionPolicy, dataPrefix string, annotations map[string]string) *v1alpha1.ApiServerConfig {
+		cfg := &v1alpha1.ApiServerConfig{}
+		cfg.Name, cfg.Annotations = "t", annotations
+		cfg.Spec.DeletionPolicy = policy
+		cfg.Status.DataPrefix = dataPrefix
+		return cfg
+	}
+	protected := map[string]string{v1alpha1.DeletionProtectionAnnotation: "true"}
+	confirmed := map[string]string{v1alpha1.ConfirmDeletionAnnotation: "true"}
+	for _, c := range []struct {
+		name    string
+		gates   Gates
+		cfg     *v1alpha1.ApiServerConfig
+		refused bool
+	}{
+		{"unprotected", Gates{}, tenant(v1alpha1.DeletionPolicyDelete, "/p", nil), false},
+		{"protected by its annotation", Gates{}, tenant(v1alpha1.DeletionPolicyDelete, "/p", protected), true},
+		{"protected by the operator", Gates{DeletionConfirmation: true}, tenant(v1alpha1.DeletionPolicyDelete, "/p", nil), true},
+		{"unset policy, pkiRetention Delete", Gates{DeletionConfirmation: true}, tenant("", "/p", nil), true},
+		{"confirmed", Gates{DeletionConfirmation: true}, tenant(v1alpha1.DeletionPolicyDelete, "/p", confirmed), false},
+		{"Retain", Gates{DeletionConfirmation: true}, tenant(v1alpha1.DeletionPolicyRetain, "/p", nil), false},
+		{"no data stored", Gates{DeletionConfirmation: true}, tenant(v1alpha1.DeletionPolicyDelete, "", nil), false},
+	} {
+		err := c.gates.CheckDelete(c.cfg)
+		if (err != nil) != c.refused {
+			t.Errorf("%s: refused is %v (%v)", c.name, err != nil, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
-// Package tenantindex holds every ApiServerConfig of the management cluster
-// for the checks that compare a tenant with all the others: admission (the
-// names of its objects, its etcd keys) and the deletion of a tenant's data
+// Package tenantindex holds every ApiServerConfig of the management cluster,
+// and the data deleted tenants kept, for the checks that compare a tenant
+// with all the others: admission (the names of its objects, its etcd
+// keys), the start of a tenant on its prefix and the deletion of its data
 // (no other tenant's keys may be under its prefix).
 package tenantindex
 
@@ -10,7 +11,11 @@ import (
 	"maps"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,11 +39,32 @@ const (
 	keyspaceIndex       = "tenantindex.etcdKeyspace"
 )
 
+// retainedSecret is the metadata of a Secret a deleted tenant kept (only
+// metadata is held: the index never holds key material).
+func retainedSecret() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return m
+}
+
+func retainedSecrets() *metav1.PartialObjectMetadataList {
+	m := &metav1.PartialObjectMetadataList{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret").GroupVersion().WithKind("SecretList"))
+	return m
+}
+
 // New makes the index; it fills once started.
 func New(config *rest.Config, scheme *runtime.Scheme) (*Tenants, error) {
+	marked, err := labels.NewRequirement(apiserver.RetainedDataLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("selecting the Secrets deleted tenants kept: %w", err)
+	}
 	c, err := cache.New(config, cache.Options{
-		Scheme:           scheme,
-		ByObject:         map[client.Object]cache.ByObject{&v1alpha1.ApiServerConfig{}: {}},
+		Scheme: scheme,
+		ByObject: map[client.Object]cache.ByObject{
+			&v1alpha1.ApiServerConfig{}: {},
+			retainedSecret():            {Label: labels.NewSelector().Add(*marked)},
+		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
 	if err != nil {
@@ -58,6 +84,15 @@ func New(config *rest.Config, scheme *runtime.Scheme) (*Tenants, error) {
 		return apiserver.KeyspaceOf(&cfg.Spec.Etcd).IndexKeys()
 	}); err != nil {
 		return nil, fmt.Errorf("indexing the ApiServerConfigs by their etcd keyspace: %w", err)
+	}
+	if err := c.IndexField(ctx, retainedSecret(), keyspaceIndex, func(obj client.Object) []string {
+		k, ok, err := apiserver.RetainedKeyspace(obj.GetAnnotations())
+		if !ok || err != nil {
+			return nil
+		}
+		return k.IndexKeys()
+	}); err != nil {
+		return nil, fmt.Errorf("indexing the Secrets deleted tenants kept by the etcd keyspace of their data: %w", err)
 	}
 	return &Tenants{cache: c}, nil
 }
@@ -122,4 +157,65 @@ func Named(other *v1alpha1.ApiServerConfig, namespace string) string {
 		return "ApiServerConfig " + other.Name
 	}
 	return "an ApiServerConfig in another namespace"
+}
+
+// Retained is the data a tenant deleted with deletionPolicy Retain kept,
+// with the Secrets that read it.
+type Retained struct {
+	// Namespace and Name are the deleted ApiServerConfig's: one created
+	// again with them takes the data back.
+	Namespace, Name string
+	Keyspace        apiserver.EtcdKeyspace
+}
+
+// RetainedOverlapping is the data that deleted tenants of other names
+// kept and whose keyspace overlaps cfg's: cfg may not store there. Sorted
+// by namespace and name.
+func (t *Tenants) RetainedOverlapping(ctx context.Context, cfg *v1alpha1.ApiServerConfig) ([]Retained, error) {
+	found := map[string]Retained{}
+	for _, q := range apiserver.KeyspaceOf(&cfg.Spec.Etcd).OverlapQueries() {
+		list := retainedSecrets()
+		if err := t.cache.List(ctx, list, client.MatchingFields{keyspaceIndex: q}); err != nil {
+			return nil, fmt.Errorf("looking up the data deleted tenants kept on the same etcd: %w", err)
+		}
+		for i := range list.Items {
+			s := &list.Items[i]
+			name := s.Labels[apiserver.NameLabel]
+			if s.Namespace == cfg.Namespace && name == cfg.Name {
+				continue
+			}
+			k, _, _ := apiserver.RetainedKeyspace(s.Annotations)
+			found[s.Namespace+"/"+name] = Retained{Namespace: s.Namespace, Name: name, Keyspace: k}
+		}
+	}
+	out := make([]Retained, 0, len(found))
+	for _, k := range slices.Sorted(maps.Keys(found)) {
+		out = append(out, found[k])
+	}
+	return out, nil
+}
+
+// RetainedBy is the keyspace of the data the deleted ApiServerConfig
+// namespace/name kept, as its retained Secrets say; ok is false when it
+// kept none.
+func (t *Tenants) RetainedBy(ctx context.Context, namespace, name string) (k apiserver.EtcdKeyspace, ok bool, err error) {
+	list := retainedSecrets()
+	if err := t.cache.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{apiserver.NameLabel: name}); err != nil {
+		return k, false, fmt.Errorf("looking up the data ApiServerConfig %s/%s kept: %w", namespace, name, err)
+	}
+	for i := range list.Items {
+		if k, ok, err = apiserver.RetainedKeyspace(list.Items[i].Annotations); ok || err != nil {
+			return k, ok, err
+		}
+	}
+	return k, false, nil
+}
+
+// NamedRetained is how the data another tenant kept is named to the owner
+// of a tenant in namespace (see Named).
+func NamedRetained(r Retained, namespace string) string {
+	if r.Namespace == namespace {
+		return "the deleted ApiServerConfig " + r.Name
+	}
+	return "a deleted ApiServerConfig in another namespace"
 }

@@ -40,10 +40,13 @@ func nameCollisions(ctx context.Context, tenants *tenantindex.Tenants, cfg *v1al
 // all it learns.
 func sharedKeyspaces(ctx context.Context, tenants *tenantindex.Tenants, cfg *v1alpha1.ApiServerConfig) (field.ErrorList, error) {
 	overlapping, err := tenants.Overlapping(ctx, cfg)
-	if err != nil || len(overlapping) == 0 {
+	if err != nil {
 		return nil, err
 	}
 	prefix := apiserver.KeyspaceOf(&cfg.Spec.Etcd).Prefix
+	if len(overlapping) == 0 {
+		return retainedKeyspaces(ctx, tenants, cfg, prefix)
+	}
 	var others []string
 	for _, o := range overlapping {
 		other := tenantindex.Named(&o, cfg.Namespace)
@@ -60,4 +63,29 @@ func sharedKeyspaces(ctx context.Context, tenants *tenantindex.Tenants, cfg *v1a
 	return field.ErrorList{field.Invalid(field.NewPath("spec", "etcd", "prefix"), prefix, fmt.Sprintf(
 		"the keys under it, on the same etcd servers, are also the data of %s: two tenants would read and write each other's objects; choose a prefix that is neither within nor above another tenant's, such as /tenants/%s/%s",
 		strings.Join(others, " and "), cfg.Namespace, cfg.Name))}, nil
+}
+
+// retainedKeyspaces refuses a prefix that overlaps the data a deleted
+// tenant of another name kept (deletionPolicy Retain): it is still that
+// tenant's, for an ApiServerConfig of its name to take back.
+func retainedKeyspaces(ctx context.Context, tenants *tenantindex.Tenants, cfg *v1alpha1.ApiServerConfig, prefix string) (field.ErrorList, error) {
+	retained, err := tenants.RetainedOverlapping(ctx, cfg)
+	if err != nil || len(retained) == 0 {
+		return nil, err
+	}
+	var others []string
+	for _, r := range retained {
+		other := tenantindex.NamedRetained(r, cfg.Namespace)
+		if r.Namespace == cfg.Namespace {
+			other += fmt.Sprintf(" (prefix %s)", r.Keyspace.Prefix)
+		}
+		if !slices.Contains(others, other) {
+			others = append(others, other)
+		}
+	}
+	ctrl.LoggerFrom(ctx).Info("Refused an etcd prefix that overlaps data a deleted tenant kept", "apiServerConfig", klog.KObj(cfg),
+		"retainedBy", retained[0].Namespace+"/"+retained[0].Name, "prefix", prefix)
+	return field.ErrorList{field.Invalid(field.NewPath("spec", "etcd", "prefix"), prefix, fmt.Sprintf(
+		"the keys under it, on the same etcd servers, are data that %s kept (deletionPolicy Retain), with the keys that read it: they are for an ApiServerConfig of that name to take back; choose another prefix, such as /tenants/%s/%s, or delete that data and then the Secrets labelled %s",
+		strings.Join(others, " and "), cfg.Namespace, cfg.Name, apiserver.RetainedDataLabel))}, nil
 }

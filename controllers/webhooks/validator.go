@@ -22,7 +22,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 )
 
-// +kubebuilder:webhook:path=/validate-controlplane-apiserver-operator-dev-v1alpha1-apiserverconfig,mutating=false,failurePolicy=fail,sideEffects=None,groups=controlplane.apiserver-operator.dev,resources=apiserverconfigs,verbs=create;update,versions=v1alpha1,name=vapiserverconfig.controlplane.apiserver-operator.dev,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-controlplane-apiserver-operator-dev-v1alpha1-apiserverconfig,mutating=false,failurePolicy=fail,sideEffects=None,groups=controlplane.apiserver-operator.dev,resources=apiserverconfigs,verbs=create;update;delete,versions=v1alpha1,name=vapiserverconfig.controlplane.apiserver-operator.dev,admissionReviewVersions=v1,timeoutSeconds=10
 
 // ApiServerConfigValidator is the validating admission webhook for what
 // the CRD's CEL rules cannot check (apiadmission.Admission): the spec against
@@ -79,8 +79,15 @@ func (v ApiServerConfigValidator) ValidateUpdate(ctx context.Context, oldObj, ne
 	return v.validate(ctx, oldObj, newObj)
 }
 
-// ValidateDelete allows every deletion.
-func (ApiServerConfigValidator) ValidateDelete(context.Context, *v1alpha1.ApiServerConfig) (admission.Warnings, error) {
+// ValidateDelete refuses the deletion of a protected tenant whose data it
+// would delete, until the deletion is confirmed (Gates.CheckDelete).
+func (v ApiServerConfigValidator) ValidateDelete(_ context.Context, obj *v1alpha1.ApiServerConfig) (admission.Warnings, error) {
+	if v.Admission.Gates == nil {
+		return nil, nil
+	}
+	if err := v.Admission.Gates.CheckDelete(obj); err != nil {
+		return nil, apierrors.NewForbidden(v1alpha1.GroupVersion.WithResource("apiserverconfigs").GroupResource(), obj.Name, err)
+	}
 	return nil, nil
 }
 

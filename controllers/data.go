@@ -1,0 +1,92 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// checkData makes sure that a tenant starts only on data that is its own:
+// before its first apiserver starts on a prefix (status.dataPrefix is
+// another), every etcd it uses must hold no key under the prefix, or only
+// what this tenant's namesake kept with deletionPolicy Retain, every value
+// of which its encryption keys read. Otherwise the tenant would serve a
+// deleted tenant's objects as its own, or fail on every list of a resource
+// whose values no key reads; it is Stalled at once (ForeignData), naming
+// the prefix and the count, and gets no Deployment; unless the user says
+// that they are its own (AdoptDataAnnotation names the prefix: the etcd of
+// a cluster the tenant takes over), and its keys read them. A tenant that ran
+// before the operator checked this (a Deployment, no dataPrefix) keeps
+// its data as its own.
+func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) error {
+	prefix := apiserver.KeyspaceOf(&p.c.Spec.Etcd).Prefix
+	if r.Etcd == nil || p.cfg.Status.DataPrefix == prefix {
+		return nil
+	}
+	if p.cfg.Status.DataPrefix == "" && p.current.Name != "" {
+		p.cfg.Status.DataPrefix = prefix
+		return nil
+	}
+	// Nothing starts before the check; the Etcd step says why it waits.
+	if p.done = p.obs.etcdErr != nil; p.done {
+		return nil
+	}
+	var retained bool
+	if r.TenantIndex != nil {
+		k, ok, err := r.TenantIndex.RetainedBy(ctx, p.cfg.Namespace, p.cfg.Name)
+		if err != nil {
+			return err
+		}
+		retained = ok && k.Prefix == prefix
+	}
+	adopt := p.cfg.Annotations[v1alpha1.AdoptDataAnnotation] == prefix
+	var read *apiserver.Decrypter
+	if p.enc != nil {
+		var err error
+		if read, err = apiserver.NewDecrypter(p.enc.keys); err != nil {
+			return fmt.Errorf("checking that the tenant reads the data under %s: %w", prefix, err)
+		}
+	}
+	keys := prefix + "/"
+	var total, unreadable int
+	for _, servers := range p.c.Etcd.Sets {
+		err := r.Etcd.Scan(ctx, servers, p.etcdTLS, keys, func(key, value []byte) {
+			total++
+			if read != nil && !read.Reads(key, value) {
+				unreadable++
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("checking that the keys under %s are the tenant's own before it starts: %w", keys, err)
+		}
+	}
+	var msg string
+	switch {
+	case total == 0:
+	case !retained && !adopt:
+		msg = fmt.Sprintf("The tenant's etcd prefix %s holds %d keys it did not write (left by a deleted tenant whose data was not deleted, or written there directly): it would serve them as its own objects; delete them (etcdctl del --prefix %s) or choose another spec.etcd.prefix; if they are this tenant's (the etcd of a cluster it takes over), set annotation %s=%s",
+			prefix, total, keys, v1alpha1.AdoptDataAnnotation, prefix)
+	case unreadable > 0:
+		msg = fmt.Sprintf("The tenant's etcd prefix %s holds %d values, %d of which are encrypted with keys the tenant does not hold (Secret %s was deleted or replaced, or another cluster wrote them): every list of their resources would fail; restore that Secret from a backup, or delete the data (etcdctl del --prefix %s)",
+			prefix, total, unreadable, apiserver.EncryptionSecretName(p.cfg.Name), keys)
+	case retained:
+		r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonDataTakenBack, "Data",
+			"Took back the data its namesake kept under %s (%d keys) and the keys that read it", prefix, total)
+	default:
+		r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonDataAdopted, "Data",
+			"Adopted the %d keys under %s, as annotation %s says", total, prefix, v1alpha1.AdoptDataAnnotation)
+	}
+	if msg != "" {
+		p.obs.failure = &envFailure{reason: v1alpha1.ReasonForeignData, message: msg, atOnce: true,
+			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonForeignData, p.now)}
+		p.requeueWithin(nameConflictRecheck)
+		p.done = true
+		return nil
+	}
+	p.cfg.Status.DataPrefix = prefix
+	return nil
+}
