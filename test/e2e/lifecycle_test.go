@@ -211,10 +211,11 @@ func TestOperator_TenantDataFollowsItsDeletionPolicy(t *testing.T) {
 
 	// A tenant on keys it did not write never starts.
 	foreign := localTenant(t, cfg.Namespace, "foreign")
-	if _, err := tenantEtcd(t, etcd.MainURL).Put(ctx, foreign.Spec.Etcd.Prefix+"/configmaps/default/planted", "k8s\x00not this tenant's"); err != nil {
+	main := tenantEtcd(t, etcd.MainURL)
+	if _, err := main.Put(ctx, foreign.Spec.Etcd.Prefix+"/configmaps/default/planted", "k8s\x00not this tenant's"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = tenantEtcd(t, etcd.MainURL).Delete(context.Background(), foreign.Spec.Etcd.Prefix+"/", clientv3.WithPrefix()) })
+	t.Cleanup(func() { _, _ = main.Delete(context.Background(), foreign.Spec.Etcd.Prefix+"/", clientv3.WithPrefix()) })
 	if err := c.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
