@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/aes"
 	"fmt"
+	"slices"
 
 	"k8s.io/apiserver/pkg/storage/value"
 	aestransformer "k8s.io/apiserver/pkg/storage/value/encrypt/aes"
@@ -27,6 +28,9 @@ type Decrypter struct {
 type prefixed struct {
 	prefix      []byte
 	transformer value.Transformer
+	// bound: the provider authenticates the etcd key with the value
+	// (aesgcm).
+	bound bool
 }
 
 // NewDecrypter reads with every key of m.
@@ -40,7 +44,7 @@ func NewDecrypter(m EncryptionKeys) (*Decrypter, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.keys = append(d.keys, prefixed{prefix: []byte(l.Key.StoredPrefix()), transformer: t})
+		d.keys = append(d.keys, prefixed{prefix: []byte(l.Key.StoredPrefix()), transformer: t, bound: l.Key.Provider == v1alpha1.EncryptionAESGCM})
 	}
 	return d, nil
 }
@@ -81,4 +85,37 @@ func transformerOf(k EncryptionKey) (value.Transformer, error) {
 		return aestransformer.NewGCMTransformer(block)
 	}
 	return nil, fmt.Errorf("encryption key %s: the operator does not decrypt provider %s", k.Name, k.Provider)
+}
+
+// Rebind makes stored, read under the etcd key from, readable under the
+// etcd key to: aesgcm binds each value to its key (the authenticated
+// data), so a value moved to another prefix is decrypted and encrypted
+// again with the same key; what other providers wrote, and plain values,
+// move as they are. It fails on a value none of the keys reads.
+func (d *Decrypter) Rebind(from, to, stored []byte) ([]byte, error) {
+	if !bytes.HasPrefix(stored, []byte(EncryptedValuePrefix)) {
+		return stored, nil
+	}
+	for _, k := range d.keys {
+		rest, ok := bytes.CutPrefix(stored, k.prefix)
+		if !ok {
+			continue
+		}
+		if !k.bound {
+			if _, _, err := k.transformer.TransformFromStorage(context.Background(), rest, value.DefaultContext(from)); err == nil {
+				return stored, nil
+			}
+			continue
+		}
+		plain, _, err := k.transformer.TransformFromStorage(context.Background(), rest, value.DefaultContext(from))
+		if err != nil {
+			continue
+		}
+		sealed, err := k.transformer.TransformToStorage(context.Background(), plain, value.DefaultContext(to))
+		if err != nil {
+			return nil, fmt.Errorf("encrypting %s again for %s: %w", from, to, err)
+		}
+		return append(slices.Clip(k.prefix), sealed...), nil
+	}
+	return nil, fmt.Errorf("no key of the tenant decrypts the value of %s", from)
 }

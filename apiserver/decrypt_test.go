@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/aes"
 	"testing"
@@ -69,6 +70,40 @@ func TestDecrypter_ReadsWhatItsKeysWroteAndNothingElse(t *testing.T) {
 			// aesgcm binds the value to its etcd key: moved, it is not read.
 			if provider == v1alpha1.EncryptionAESGCM && d.Reads([]byte(key), stored(t, current, key+"-moved")) {
 				t.Error("an aesgcm value moved to another key is read")
+			}
+		})
+	}
+}
+
+func TestDecrypter_RebindMovesAValueToAnotherKey(t *testing.T) {
+	for _, provider := range []v1alpha1.EncryptionProvider{v1alpha1.EncryptionSecretbox, v1alpha1.EncryptionAESCBC, v1alpha1.EncryptionAESGCM} {
+		t.Run(string(provider), func(t *testing.T) {
+			k, err := NewEncryptionKey(provider, "key-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := NewDecrypter(EncryptionKeys{Current: EncryptionLayout{Key: k}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			from, to := []byte("/tenants/a/secrets/default/s"), []byte("/tenants/b/secrets/default/s")
+			v := stored(t, k, string(from))
+			moved, err := d.Rebind(from, to, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Reads(to, moved) {
+				t.Fatal("the moved value does not read under its new key")
+			}
+			if provider != v1alpha1.EncryptionAESGCM && !bytes.Equal(moved, v) {
+				t.Error("a value its provider does not bind to its key was changed")
+			}
+			if plain := []byte("k8s\x00plain"); !bytes.Equal(must(d.Rebind(from, to, plain)), plain) {
+				t.Error("a plain value was changed")
+			}
+			other, _ := NewEncryptionKey(provider, "key-1")
+			if _, err := d.Rebind(from, to, stored(t, other, string(from))); err == nil {
+				t.Error("rebound a value no key of the tenant reads")
 			}
 		})
 	}

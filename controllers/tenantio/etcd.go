@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -159,6 +160,19 @@ func (e EtcdV3) Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Con
 		return fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
 	}
 	defer func() { _ = cli.Close() }()
+	_, err = e.pages(ctx, cli, endpoints, prefix, func(kvs []*mvccpb.KeyValue) error {
+		for _, kv := range kvs {
+			fn(kv.Key, kv.Value)
+		}
+		return nil
+	})
+	return err
+}
+
+// pages reads every key under prefix at one revision, the first page's,
+// page by page (smaller ones after a page too large for the client), and
+// returns that revision.
+func (e EtcdV3) pages(ctx context.Context, cli *clientv3.Client, endpoints []string, prefix string, fn func([]*mvccpb.KeyValue) error) (int64, error) {
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	from := prefix
 	var rev int64
@@ -178,17 +192,21 @@ func (e EtcdV3) Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Con
 				page = max(page/4, 1) // large values: smaller pages from here on
 				continue
 			}
-			return fmt.Errorf("reading the keys under %s in etcd %v: a value at or after key %q is larger than %d MiB, more than kube-apiserver stores: not read", prefix, endpoints, strings.TrimSuffix(from, "\x00"), MaxResponseBytes>>20)
+			return 0, fmt.Errorf("reading the keys under %s in etcd %v: a value at or after key %q is larger than %d MiB, more than kube-apiserver stores: not read", prefix, endpoints, strings.TrimSuffix(from, "\x00"), MaxResponseBytes>>20)
 		}
 		if err != nil {
-			return fmt.Errorf("reading the keys under %s in etcd %v: %w", prefix, endpoints, err)
+			return 0, fmt.Errorf("reading the keys under %s in etcd %v: %w", prefix, endpoints, err)
 		}
-		rev = resp.Header.Revision
-		for _, kv := range resp.Kvs {
-			fn(kv.Key, kv.Value)
+		if rev == 0 {
+			// Later pages answer with the store's revision in their
+			// header, not the one they were read at.
+			rev = resp.Header.Revision
+		}
+		if err := fn(resp.Kvs); err != nil {
+			return 0, err
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return nil
+			return rev, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
