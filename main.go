@@ -86,6 +86,7 @@ type options struct {
 	watchNamespaceFilter         string
 	watchFilter                  string
 	validatorDir                 string
+	backupDir                    string
 	webhookHost                  string
 	webhookPort                  int
 	nodePortRange                string
@@ -158,6 +159,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Admit only etcd prefixes under /tenants/<namespace>/ (what a tenant without a prefix gets), so that on an etcd shared by tenants of several namespaces none can take a prefix above another namespace's and refuse its tenants. Checked when a spec sets or changes its prefix.")
 	fs.BoolVar(&o.deletionConfirmation, "require-deletion-confirmation", false,
 		"Refuse the deletion of any ApiServerConfig whose deletion deletes its data (deletionPolicy Delete, a tenant that stored data) until it carries the annotation "+controlplanev1alpha1.ConfirmDeletionAnnotation+"=true, as the annotation "+controlplanev1alpha1.DeletionProtectionAnnotation+"=true does for one tenant. A namespace's deletion waits for it too.")
+	fs.StringVar(&o.backupDir, "backup-dir", "",
+		"The backup volume: where ApiServerBackups with storage.volume keep their archives, as <namespace>/<name>.backup (mount a persistent volume there). Empty refuses storage.volume.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+validatorpool.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
 	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
@@ -291,10 +294,18 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		EtcdWatchInterval:       o.etcdWatchInterval,
 		RemovedAPIQuietPeriod:   o.removedAPIQuiet,
 		TenantIndex:             tenants,
+		BackupDir:               o.backupDir,
 	}
 	if o.controllers {
 		if err := reconciler.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerConfig controller: %w", err)
+		}
+		backups := &controllers.ApiServerBackupReconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+			Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, Dir: o.backupDir,
+		}
+		if err := backups.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the ApiServerBackup controller: %w", err)
 		}
 	}
 

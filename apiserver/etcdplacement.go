@@ -122,3 +122,30 @@ func (e *EtcdPlacement) OverridesFlag() string {
 	slices.Sort(parts)
 	return strings.Join(parts, ",")
 }
+
+// SetResources are, for each of Sets, the resources an override places
+// there: none for the main servers (Sets[0]), unless an override names
+// the main servers themselves.
+func (e EtcdPlacement) SetResources() [][]schema.GroupResource {
+	out := make([][]schema.GroupResource, len(e.Sets))
+	for _, o := range e.Overrides {
+		i := e.SetOf(o.Resource)
+		out[i] = append(out[i], o.Resource)
+	}
+	return out
+}
+
+// SetOf is the index in Sets of the servers that store gr.
+func (e EtcdPlacement) SetOf(gr schema.GroupResource) int {
+	for _, o := range e.Overrides {
+		if o.Resource == gr {
+			key := serverSetKey(o.Servers)
+			for i, set := range e.Sets {
+				if serverSetKey(set) == key {
+					return i
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -114,6 +114,10 @@ type ApiServerConfigReconciler struct {
 	// (DefaultRemovedAPIQuietPeriod when zero).
 	RemovedAPIQuietPeriod time.Duration
 
+	// BackupDir is the backup volume (--backup-dir), which a restore
+	// (spec.restore) reads archives from.
+	BackupDir string
+
 	// removedAPIs counts, per tenant, the calls that hold its upgrade.
 	removedAPIs removedAPIWatch
 
@@ -324,6 +328,7 @@ func CacheOptions(watchFilter string) cache.Options {
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&v1alpha1.ApiServerConfig{}:     {Label: labels.NewSelector().Add(filter...)},
+			&v1alpha1.ApiServerBackup{}:     {Label: labels.NewSelector().Add(filter...)},
 			&corev1.Pod{}:                   {Label: labels.NewSelector().Add(*apiserverPod)},
 			&corev1.Secret{}:                owned,
 			&corev1.ConfigMap{}:             owned,

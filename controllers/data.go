@@ -35,6 +35,9 @@ func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) erro
 	if p.done = p.obs.etcdErr != nil; p.done {
 		return nil
 	}
+	if p.cfg.Spec.Restore != nil {
+		return r.restore(ctx, p, prefix)
+	}
 	var retained bool
 	if r.TenantIndex != nil {
 		k, ok, err := r.TenantIndex.RetainedBy(ctx, p.cfg.Namespace, p.cfg.Name)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/storage/value"
+	aestransformer "k8s.io/apiserver/pkg/storage/value/encrypt/aes"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/secretbox"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -84,12 +86,25 @@ func putEncryptedWith(t *testing.T, k apiserver.EncryptionKey, key, plain string
 }
 
 // seal is plain as kube-apiserver stores it under key with the secretbox
-// key k: the same upstream transformer, behind the key's prefix.
+// or aesgcm key k: the same upstream transformers, behind the key's
+// prefix.
 func seal(k apiserver.EncryptionKey, key, plain string) (string, error) {
-	if k.Provider != v1alpha1.EncryptionSecretbox {
-		return "", fmt.Errorf("the tests seal with secretbox, not %s", k.Provider)
+	var tr value.Transformer
+	switch k.Provider {
+	case v1alpha1.EncryptionSecretbox:
+		tr = secretbox.NewSecretboxTransformer([32]byte(k.Secret))
+	case v1alpha1.EncryptionAESGCM:
+		block, err := aes.NewCipher(k.Secret)
+		if err != nil {
+			return "", err
+		}
+		if tr, err = aestransformer.NewGCMTransformer(block); err != nil {
+			return "", err
+		}
+	default:
+		return "", fmt.Errorf("the tests seal with secretbox or aesgcm, not %s", k.Provider)
 	}
-	box, err := secretbox.NewSecretboxTransformer([32]byte(k.Secret)).TransformToStorage(context.Background(), []byte(plain), value.DefaultContext(key))
+	box, err := tr.TransformToStorage(context.Background(), []byte(plain), value.DefaultContext(key))
 	if err != nil {
 		return "", err
 	}

@@ -26,6 +26,8 @@ import (
 var (
 	env        *envtest.Environment
 	reconciler *ApiServerConfigReconciler
+	// backupDir is the backup volume of the tests' operator.
+	backupDir string
 )
 
 func TestMain(m *testing.M) {
@@ -90,7 +92,17 @@ func run(m *testing.M) (int, error) {
 		RemovedAPIQuietPeriod: 3 * time.Second,
 		ResizePolicy:          apiserver.ResizePolicy{Threshold: 0.2, MinInterval: 2 * time.Second},
 	}
+	if backupDir, err = os.MkdirTemp("", "backups-"); err != nil {
+		return 0, err
+	}
+	defer func() { _ = os.RemoveAll(backupDir) }()
+	reconciler.BackupDir = backupDir
 	if err := reconciler.SetupWithManager(mgr); err != nil {
+		return 0, err
+	}
+	backups := &ApiServerBackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{Timeout: 2 * time.Second}, Dir: backupDir}
+	if err := backups.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}
 	return env.RunManager(m, mgr)

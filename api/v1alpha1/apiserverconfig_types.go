@@ -13,6 +13,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.version) || self.version in ['v1.36.4', 'v1.37.1'] || has(self.image)",fieldPath=".version",messageExpression="self.version + ' is not a bundled version (v1.36.4, v1.37.1): choose one of them, or set image to a kube-apiserver image of this version'"
 // +kubebuilder:validation:XValidation:rule="!has(self.authorization) || !has(self.authorization.modes) || !('Webhook' in self.authorization.modes) || has(self.authorization.webhook)",fieldPath=".authorization.webhook",message="webhook is required when authorization.modes contains Webhook"
 // +kubebuilder:validation:XValidation:rule="!has(self.authorization) || !has(self.authorization.webhook) || (has(self.authorization.modes) && 'Webhook' in self.authorization.modes)",fieldPath=".authorization.modes",message="modes must contain Webhook when authorization.webhook is set"
+// +kubebuilder:validation:XValidation:rule="has(self.restore) == has(oldSelf.restore)",fieldPath=".restore",message="restore is immutable: it is set when the tenant is created, and read once, before its first start"
 type ApiServerConfigSpec struct {
 	// Version of kube-apiserver to run, as vMAJOR.MINOR.PATCH. Defaults to
 	// the version bundled with the operator. It may be raised, never lowered:
@@ -177,6 +178,13 @@ type ApiServerConfigSpec struct {
 	// read it.
 	// +optional
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// Restore starts the tenant from a backup (an ApiServerBackup of its
+	// namespace) instead of an empty prefix. It is read before the
+	// tenant's first apiserver starts, and may not change afterwards.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="restore is immutable: it is read once, before the tenant's first start"
+	// +optional
+	Restore *RestoreSpec `json:"restore,omitempty"`
 
 	// ExtraArgs passes kube-apiserver flags that have no typed field. A flag
 	// may be repeated where kube-apiserver allows it. Flags managed by the
@@ -1003,6 +1011,12 @@ type ApiServerConfigStatus struct {
 	// keys it did not write (reason ForeignData).
 	// +optional
 	DataPrefix string `json:"dataPrefix,omitempty"`
+
+	// RestoredFrom names the ApiServerBackup the tenant's data came from
+	// (spec.restore). It is set when the restore begins: one cut short
+	// (dataPrefix still empty) starts over.
+	// +optional
+	RestoredFrom string `json:"restoredFrom,omitempty"`
 
 	// AdminKubeconfigSecretName names the Secret, key value, that holds a
 	// kubeconfig with cluster-admin rights.

@@ -143,6 +143,12 @@ const (
 	// keys it does not hold; kube-apiserver fails every list of their
 	// resources. It stalls at once: only a person can resolve it.
 	ReasonUndecryptable = "Undecryptable"
+	// ReasonRestoreFailed: the backup spec.restore names cannot be
+	// restored (missing, failed, not complete yet, an archive that does not
+	// read, a prefix that is not empty).
+	ReasonRestoreFailed = "RestoreFailed"
+	// ReasonRestored: a tenant started from a backup (an event).
+	ReasonRestored = "Restored"
 	// ReasonRetainedKeyspace: the tenant's etcd prefix overlaps the data a
 	// deleted tenant of another name kept with deletionPolicy Retain.
 	ReasonRetainedKeyspace = "RetainedKeyspace"

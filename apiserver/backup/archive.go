@@ -62,15 +62,17 @@ type Set struct {
 	// Resources are the group/resources this etcd stores by an override
 	// ("events", "apps/deployments"); empty for the main servers.
 	Resources []string `json:"resources,omitempty"`
-	// Revision is the etcd revision every key was read at.
-	Revision int64 `json:"revision"`
 }
 
 // Secret is the data of one of the tenant's Secrets, by its role: the
 // suffix of its name ("ca", "encryption").
 type Secret struct {
-	Role string            `json:"role"`
-	Data map[string][]byte `json:"data"`
+	Role string `json:"role"`
+	Type string `json:"type,omitempty"`
+	// Annotations are those the operator reads back (where a rotation
+	// stands).
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Data        map[string][]byte `json:"data"`
 }
 
 // KeyValue is one stored key.
@@ -92,6 +94,8 @@ type Summary struct {
 	Bytes []int64 `json:"bytes"`
 	// Secrets counts the Secrets.
 	Secrets int `json:"secrets"`
+	// Revisions are the etcd revision each set was read at.
+	Revisions []int64 `json:"revisions"`
 	// SHA256 is the hash of the archive before this record, uncompressed.
 	SHA256 string `json:"sha256"`
 }
@@ -120,6 +124,7 @@ func NewWriter(w io.Writer, m Manifest) (*Writer, error) {
 	gz := gzip.NewWriter(w)
 	a := &Writer{gz: gz, out: bufio.NewWriterSize(gz, 256<<10), sum: sha256.New(), sets: len(m.Sets)}
 	a.summary.Keys, a.summary.Bytes = make([]int64, len(m.Sets)), make([]int64, len(m.Sets))
+	a.summary.Revisions = make([]int64, len(m.Sets))
 	a.write([]byte(magic))
 	a.record(recordManifest, mustJSON(m))
 	return a, a.err
@@ -150,6 +155,13 @@ func (a *Writer) KeyValue(kv KeyValue) error {
 	a.summary.Keys[kv.Set]++
 	a.summary.Bytes[kv.Set] += int64(len(kv.Key) + len(kv.Value))
 	return a.err
+}
+
+// Revision records the etcd revision set was read at.
+func (a *Writer) Revision(set int, rev int64) {
+	if set >= 0 && set < a.sets {
+		a.summary.Revisions[set] = rev
+	}
 }
 
 // Close ends the archive with its summary, and returns it.
@@ -258,7 +270,7 @@ func (a *Reader) Next() (*Secret, *KeyValue, error) {
 		if err := json.Unmarshal(payload, &s); err != nil {
 			return nil, nil, fmt.Errorf("%w: the summary does not parse", ErrCorrupt)
 		}
-		a.counts.SHA256 = before
+		a.counts.SHA256, a.counts.Revisions = before, s.Revisions
 		if mustEqual(s, a.counts) != nil {
 			return nil, nil, fmt.Errorf("%w: the summary says %d keys, %d Secrets and hash %.12s, the archive holds %d, %d and %.12s",
 				ErrCorrupt, total(s.Keys), s.Secrets, s.SHA256, total(a.counts.Keys), a.counts.Secrets, before)

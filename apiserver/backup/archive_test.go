@@ -15,7 +15,7 @@ func archive(t *testing.T, keys int) ([]byte, []KeyValue) {
 	t.Helper()
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf, Manifest{Namespace: "ns", Name: "t", Prefix: "/tenants/ns/t", CreatedAt: time.Unix(1, 0).UTC(),
-		Sets: []Set{{Servers: []string{"https://main:2379"}, Revision: 7}, {Servers: []string{"https://events:2379"}, Resources: []string{"events"}, Revision: 3}}})
+		Sets: []Set{{Servers: []string{"https://main:2379"}}, {Servers: []string{"https://events:2379"}, Resources: []string{"events"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +146,50 @@ func TestArchive_WriterRefusesKeysItCouldNotReadBack(t *testing.T) {
 	} {
 		if err := w.KeyValue(kv); err == nil {
 			t.Errorf("archived set %d key %.20q with %d bytes", kv.Set, kv.Key, len(kv.Value))
+		}
+	}
+}
+
+func TestSeal_OnlyTheIdentityUnsealsAndAlteredArchivesAreRefused(t *testing.T) {
+	b, want := archive(t, 300)
+	id, _, err := NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sealed bytes.Buffer
+	w, err := Seal(&sealed, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(sealed.Bytes(), []byte("\x00key")) || bytes.Contains(sealed.Bytes(), []byte("cm-1")) {
+		t.Fatal("the sealed archive holds plain text")
+	}
+	r, err := Unseal(bytes.NewReader(sealed.Bytes()), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := readAll(plain)
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("read %d keys back (%v)", len(got), err)
+	}
+	other, _, _ := NewIdentity()
+	if _, err := Unseal(bytes.NewReader(sealed.Bytes()), other); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("another identity unsealed it: %v", err)
+	}
+	altered := flip(sealed.Bytes(), sealed.Len()-100)
+	if r, err := Unseal(bytes.NewReader(altered), id); err == nil {
+		if _, err := io.ReadAll(r); err == nil {
+			t.Fatal("an altered archive unsealed")
 		}
 	}
 }

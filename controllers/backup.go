@@ -1,0 +1,427 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/backup"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+)
+
+// +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=apiserverbackups,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=apiserverbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=apiserverbackups/finalizers,verbs=update
+
+// BackupFinalizer removes a backup's archive with the backup.
+const BackupFinalizer = "controlplane.apiserver-operator.dev/archive"
+
+// Waits of a backup.
+const (
+	// backupRetry is how soon a backup that waits for its tenant (not
+	// started yet, a Secret missing) looks again.
+	backupRetry = 30 * time.Second
+)
+
+// ApiServerBackupReconciler takes each ApiServerBackup once: it reads every
+// key under the tenant's prefix, on each etcd it stores in, at one
+// revision of each, with the Secrets that read and trust them, into an
+// archive sealed for an identity of the backup's own (a Secret, gone with
+// the backup), and stores it. A backup that completed or failed is never
+// taken again; deleting it removes its archive.
+type ApiServerBackupReconciler struct {
+	Client client.Client
+	// APIReader reads the Secrets the operator does not cache (the etcd
+	// client Secret, the backup's identity).
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	Etcd      tenantio.EtcdV3
+	// Dir is the backup volume (--backup-dir); empty refuses volume
+	// storage.
+	Dir string
+}
+
+// SetupWithManager registers the reconciler: one backup at a time (each
+// reads a whole tenant; a burst of backups queues rather than loads every
+// etcd at once).
+func (r *ApiServerBackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.ApiServerBackup{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r)
+}
+
+// Reconcile takes the backup, or removes its archive when it is deleted.
+func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	b := &v1alpha1.ApiServerBackup{}
+	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !b.DeletionTimestamp.IsZero() {
+		if !controllerutil.ContainsFinalizer(b, BackupFinalizer) {
+			return ctrl.Result{}, nil
+		}
+		if err := r.removeArchive(b); err != nil {
+			return ctrl.Result{}, err
+		}
+		patch := client.MergeFrom(b.DeepCopy())
+		controllerutil.RemoveFinalizer(b, BackupFinalizer)
+		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, b, patch))
+	}
+	if b.Status.Phase == v1alpha1.BackupCompleted || b.Status.Phase == v1alpha1.BackupFailed {
+		return ctrl.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(b, BackupFinalizer) {
+		patch := client.MergeFrom(b.DeepCopy())
+		controllerutil.AddFinalizer(b, BackupFinalizer)
+		if err := r.Client.Patch(ctx, b, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer that removes the archive with the backup: %w", err)
+		}
+	}
+	before := b.DeepCopy()
+	wait, err := r.take(ctx, b)
+	var failed *backupFailure
+	switch {
+	case errors.As(err, &failed):
+		r.setPhase(b, v1alpha1.BackupFailed, failed.reason, failed.Error())
+		r.event(b, corev1.EventTypeWarning, failed.reason, "Backup", "%s", failed.Error())
+		err = nil
+	case err != nil:
+		r.setPhase(b, v1alpha1.BackupRunning, "Retrying", "The backup failed and is retried: "+err.Error())
+	case wait > 0:
+		// setPhase was called by take with what it waits for.
+	default:
+		r.event(b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "Stored %d keys (%d bytes) of ApiServerConfig %s at %s", b.Status.Keys, b.Status.Bytes, b.Spec.ApiServerConfigName, b.Status.Location)
+	}
+	if !apiequality.Semantic.DeepEqual(before.Status, b.Status) {
+		if perr := r.Client.Status().Patch(ctx, b, client.MergeFrom(before)); perr != nil && err == nil {
+			err = fmt.Errorf("saying how the backup went: %w", perr)
+		}
+	}
+	return ctrl.Result{RequeueAfter: wait}, err
+}
+
+// backupFailure ends a backup: only another backup can do better.
+type backupFailure struct {
+	reason string
+	err    error
+}
+
+func (f *backupFailure) Error() string { return f.err.Error() }
+
+func fail(reason, format string, args ...any) error {
+	return &backupFailure{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+// take takes the backup; it returns how soon to look again when it waits.
+func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiServerBackup) (time.Duration, error) {
+	cfg := &v1alpha1.ApiServerConfig{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.ApiServerConfigName}, cfg); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, fail("TenantNotFound", "ApiServerConfig %s does not exist in namespace %s: there is nothing to back up", b.Spec.ApiServerConfigName, b.Namespace)
+		}
+		return 0, err
+	}
+	if cfg.Status.DataPrefix == "" {
+		r.setPhase(b, v1alpha1.BackupRunning, "TenantNotStarted", fmt.Sprintf("ApiServerConfig %s has not started yet: it stored nothing to back up", cfg.Name))
+		return backupRetry, nil
+	}
+	held := dataKeyspace(cfg)
+	c, err := apiserver.Complete(held, apiserver.Inputs{})
+	if err != nil {
+		return 0, fail(v1alpha1.ReasonInvalidSpec, "the tenant's etcd cannot be found from its spec: %v", err)
+	}
+	tlsConfig, _, err := etcdTLS(ctx, r.APIReader, cfg, &c.Spec.Etcd)
+	if err != nil {
+		r.setPhase(b, v1alpha1.BackupRunning, v1alpha1.ReasonReferenceMissing, err.Error())
+		return backupRetry, nil
+	}
+	secrets, err := r.tenantSecrets(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	identity, keySecret, err := r.identity(ctx, b)
+	if err != nil {
+		return 0, err
+	}
+	dest, location, err := r.create(b)
+	if err != nil {
+		return 0, err
+	}
+	defer dest.abort()
+	now := metav1.NewTime(r.Clock.Now())
+	b.Status.StartTime, b.Status.Prefix, b.Status.KeySecretName = &now, cfg.Status.DataPrefix, keySecret
+	r.setPhase(b, v1alpha1.BackupRunning, "Running", "Reading the tenant's keys")
+
+	sealed, err := backup.Seal(dest, identity)
+	if err != nil {
+		return 0, err
+	}
+	m := backup.Manifest{Namespace: cfg.Namespace, Name: cfg.Name, UID: string(cfg.UID), Prefix: cfg.Status.DataPrefix,
+		Version: cfg.Status.Version, CreatedAt: now.UTC()}
+	resources := c.Etcd.SetResources()
+	for i, set := range c.Etcd.Sets {
+		s := backup.Set{Servers: set}
+		for _, gr := range resources[i] {
+			s.Resources = append(s.Resources, gr.String())
+		}
+		m.Sets = append(m.Sets, s)
+	}
+	w, err := backup.NewWriter(sealed, m)
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range secrets {
+		if err := w.Secret(s); err != nil {
+			return 0, err
+		}
+	}
+	keys := cfg.Status.DataPrefix + "/"
+	for i, set := range c.Etcd.Sets {
+		rev, err := r.Etcd.Snapshot(ctx, set, tlsConfig, keys, func(k tenantio.SnapshotKey) error {
+			return w.KeyValue(backup.KeyValue{Set: i, Key: string(k.Key[len(cfg.Status.DataPrefix):]), TTL: k.TTL, Value: k.Value})
+		})
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Info("A backup could not read its tenant's etcd", "apiServerBackup", klog.KObj(b), "error", tenantio.Detail(err))
+			return 0, fmt.Errorf("reading the tenant's keys on etcd %s: %w", strings.Join(set, ","), err)
+		}
+		w.Revision(i, rev)
+	}
+	summary, err := w.Close()
+	if err != nil {
+		return 0, fmt.Errorf("writing the archive: %w", err)
+	}
+	if err := sealed.Close(); err != nil {
+		return 0, fmt.Errorf("sealing the archive: %w", err)
+	}
+	size, err := dest.commit()
+	if err != nil {
+		return 0, err
+	}
+	done := metav1.NewTime(r.Clock.Now())
+	b.Status.CompletionTime, b.Status.Location, b.Status.ArchiveBytes = &done, location, size
+	b.Status.SHA256, b.Status.Revisions = summary.SHA256, summary.Revisions
+	b.Status.Keys, b.Status.Bytes = 0, 0
+	for i := range summary.Keys {
+		b.Status.Keys += summary.Keys[i]
+		b.Status.Bytes += summary.Bytes[i]
+	}
+	r.setPhase(b, v1alpha1.BackupCompleted, v1alpha1.BackupCompleted, fmt.Sprintf("%d keys of ApiServerConfig %s, and %d Secrets, stored at %s", b.Status.Keys, cfg.Name, summary.Secrets, location))
+	return 0, nil
+}
+
+// tenantSecrets are the Secrets a restore needs (those deletionPolicy
+// Retain keeps), by role; only the tenant's own.
+func (r *ApiServerBackupReconciler) tenantSecrets(ctx context.Context, cfg *v1alpha1.ApiServerConfig) ([]backup.Secret, error) {
+	var out []backup.Secret
+	for _, o := range apiserver.OwnedSecrets(cfg.Name) {
+		if !o.Retainable {
+			continue
+		}
+		s := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: o.Name}, s)
+		if apierrors.IsNotFound(err) {
+			continue // no encryption key without encryption
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, o.Name, err)
+		}
+		if !apiserver.ClaimOf(cfg.Name, cfg.UID, s).Own() {
+			return nil, fail(v1alpha1.ReasonNameConflict, "Secret %s is not the tenant's own: it is not backed up as its key material", o.Name)
+		}
+		kept := backup.Secret{Role: strings.TrimPrefix(o.Name, cfg.Name+"-"), Type: string(s.Type), Data: s.Data}
+		if state, ok := s.Annotations[apiserver.RotationStateAnnotation]; ok {
+			kept.Annotations = map[string]string{apiserver.RotationStateAnnotation: state}
+		}
+		out = append(out, kept)
+	}
+	return out, nil
+}
+
+// identity reads, or makes, the backup's identity Secret.
+func (r *ApiServerBackupReconciler) identity(ctx context.Context, b *v1alpha1.ApiServerBackup) (identity, name string, err error) {
+	name = BackupKeySecretName(b.Name)
+	s := &corev1.Secret{}
+	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: name}, s)
+	switch {
+	case err == nil:
+		if !metav1.IsControlledBy(s, b) {
+			return "", "", fail(v1alpha1.ReasonNameConflict, "Secret %s exists and is not this backup's: delete it or name the backup otherwise", name)
+		}
+		return string(s.Data[backup.IdentityKey]), name, nil
+	case !apierrors.IsNotFound(err):
+		return "", "", fmt.Errorf("reading the backup's identity Secret %s: %w", name, err)
+	}
+	identity, _, err = backup.NewIdentity()
+	if err != nil {
+		return "", "", err
+	}
+	s = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": apiserver.FieldOwner}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{backup.IdentityKey: []byte(identity)},
+	}
+	if err := controllerutil.SetControllerReference(b, s, r.Scheme); err != nil {
+		return "", "", err
+	}
+	if err := r.Client.Create(ctx, s); err != nil {
+		return "", "", fmt.Errorf("creating the backup's identity Secret %s: %w", name, err)
+	}
+	return identity, name, nil
+}
+
+// BackupKeySecretName is the Secret whose identity unseals the backup
+// name's archive.
+func BackupKeySecretName(name string) string { return name + "-backup-key" }
+
+// archiveFile is where the backup's archive lives on the backup volume.
+func (r *ApiServerBackupReconciler) archiveFile(b *v1alpha1.ApiServerBackup) string {
+	return filepath.Join(r.Dir, b.Namespace, b.Name+".backup")
+}
+
+// destination is an archive being written.
+type destination interface {
+	io.Writer
+	// commit makes it the backup's, and returns its size.
+	commit() (int64, error)
+	// abort drops it unless committed.
+	abort()
+}
+
+// create opens the backup's destination.
+func (r *ApiServerBackupReconciler) create(b *v1alpha1.ApiServerBackup) (destination, string, error) {
+	if b.Spec.Storage.Volume != nil {
+		if r.Dir == "" {
+			return nil, "", fail("NoBackupVolume", "the operator has no backup volume (its --backup-dir is empty): ask the platform to mount one")
+		}
+		path := r.archiveFile(b)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, "", fmt.Errorf("creating the backup directory of namespace %s: %w", b.Namespace, err)
+		}
+		f, err := os.CreateTemp(filepath.Dir(path), b.Name+".backup.partial-*")
+		if err != nil {
+			return nil, "", fmt.Errorf("creating the archive: %w", err)
+		}
+		return &fileDestination{f: f, path: path}, "file://" + path, nil
+	}
+	return nil, "", fail("UnsupportedStorage", "spec.storage names no storage this operator knows: set storage.volume")
+}
+
+// removeArchive removes what the backup stored.
+func (r *ApiServerBackupReconciler) removeArchive(b *v1alpha1.ApiServerBackup) error {
+	if b.Spec.Storage.Volume != nil && r.Dir != "" {
+		if err := os.Remove(r.archiveFile(b)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("removing the archive of backup %s: %w", b.Name, err)
+		}
+	}
+	return nil
+}
+
+// fileDestination writes an archive to a temporary file, renamed into
+// place once complete and synced.
+type fileDestination struct {
+	f         *os.File
+	path      string
+	n         int64
+	committed bool
+}
+
+func (d *fileDestination) Write(p []byte) (int, error) {
+	n, err := d.f.Write(p)
+	d.n += int64(n)
+	return n, err
+}
+
+func (d *fileDestination) commit() (int64, error) {
+	if err := d.f.Sync(); err != nil {
+		return 0, fmt.Errorf("writing the archive: %w", err)
+	}
+	if err := d.f.Close(); err != nil {
+		return 0, fmt.Errorf("writing the archive: %w", err)
+	}
+	if err := os.Rename(d.f.Name(), d.path); err != nil {
+		return 0, fmt.Errorf("storing the archive: %w", err)
+	}
+	d.committed = true
+	return d.n, nil
+}
+
+func (d *fileDestination) abort() {
+	if !d.committed {
+		_ = d.f.Close()
+		_ = os.Remove(d.f.Name())
+	}
+}
+
+// openArchive reads a completed backup's archive, unsealed. It reads it
+// where the operator wrote it and with the identity Secret it made, not
+// where the status says: a status is anyone's who may write it.
+func openArchive(ctx context.Context, reader client.Reader, dir string, b *v1alpha1.ApiServerBackup) (io.ReadCloser, error) {
+	if b.Spec.Storage.Volume == nil || dir == "" {
+		return nil, fmt.Errorf("backup %s is at %s, which this operator does not read (it reads its backup volume, --backup-dir)", b.Name, b.Status.Location)
+	}
+	s := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: BackupKeySecretName(b.Name)}, s); err != nil {
+		return nil, fmt.Errorf("reading the identity of backup %s (Secret %s): %w", b.Name, BackupKeySecretName(b.Name), err)
+	}
+	if !metav1.IsControlledBy(s, b) {
+		return nil, fmt.Errorf("%w: Secret %s is not backup %s's own", backup.ErrCorrupt, s.Name, b.Name)
+	}
+	path := filepath.Join(dir, b.Namespace, b.Name+".backup")
+	f, err := os.Open(path) //nolint:gosec // the operator's own volume, under the backup's namespace and name
+	if err != nil {
+		return nil, fmt.Errorf("opening the archive of backup %s: %w", b.Name, err)
+	}
+	r, err := backup.Unseal(f, string(s.Data[backup.IdentityKey]))
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return readCloser{Reader: r, Closer: f}, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// setPhase says where the backup stands: Ready once completed, Stalled
+// once failed, Reconciling meanwhile.
+func (r *ApiServerBackupReconciler) setPhase(b *v1alpha1.ApiServerBackup, phase, reason, message string) {
+	b.Status.Phase, b.Status.ObservedGeneration = phase, b.Generation
+	meta.SetStatusCondition(&b.Status.Conditions, condition(v1alpha1.ConditionReady, phase == v1alpha1.BackupCompleted, reason, message, b.Generation))
+	meta.SetStatusCondition(&b.Status.Conditions, condition(v1alpha1.ConditionStalled, phase == v1alpha1.BackupFailed, reason, message, b.Generation))
+	meta.SetStatusCondition(&b.Status.Conditions, condition(v1alpha1.ConditionReconciling, phase == v1alpha1.BackupRunning, reason, message, b.Generation))
+}
+
+func (r *ApiServerBackupReconciler) event(b *v1alpha1.ApiServerBackup, kind, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(b, nil, kind, reason, action, note, args...)
+	}
+}

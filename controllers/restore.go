@@ -1,0 +1,241 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/backup"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+)
+
+// restoreWait is how soon a tenant that waits for its backup to complete
+// looks again.
+const restoreWait = 10 * time.Second
+
+// restore starts the tenant from the backup spec.restore names, before
+// its first apiserver starts: the backup's Secrets become the tenant's
+// (the encryption keys, the CAs, the service-account key), and every key
+// of the archive is written under the tenant's own prefix, on the etcd
+// that stores its resource for this tenant (aesgcm values encrypted again
+// for their new key). The prefix must be empty, unless a restore of the
+// same backup was cut short there (status.restoredFrom, no dataPrefix):
+// what it wrote goes first. The pass ends after it: the next one reads the
+// restored Secrets.
+func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix string) error {
+	name := p.cfg.Spec.Restore.BackupName
+	hold := func(atOnce bool, format string, args ...any) error {
+		msg := fmt.Sprintf(format, args...)
+		p.obs.failure = &envFailure{reason: v1alpha1.ReasonRestoreFailed, message: msg, atOnce: atOnce,
+			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonRestoreFailed, p.now)}
+		p.requeueWithin(restoreWait)
+		p.done = true
+		return nil
+	}
+	b := &v1alpha1.ApiServerBackup{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.cfg.Namespace, Name: name}, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			return hold(true, "spec.restore names ApiServerBackup %s, which does not exist in this namespace", name)
+		}
+		return err
+	}
+	switch b.Status.Phase {
+	case v1alpha1.BackupCompleted:
+	case v1alpha1.BackupFailed:
+		return hold(true, "spec.restore names ApiServerBackup %s, which failed: choose another backup", name)
+	default:
+		return hold(false, "Waiting for ApiServerBackup %s to complete before restoring it", name)
+	}
+
+	keys := prefix + "/"
+	counts := make([]int64, len(p.c.Etcd.Sets))
+	for i, set := range p.c.Etcd.Sets {
+		n, err := r.Etcd.Count(ctx, set, p.etcdTLS, keys)
+		if err != nil {
+			return fmt.Errorf("restoring: %w", err)
+		}
+		counts[i] = n[0]
+	}
+	if slices.ContainsFunc(counts, func(n int64) bool { return n > 0 }) {
+		if p.cfg.Status.RestoredFrom != name {
+			return hold(true, "The tenant's etcd prefix %s holds keys already: a restore writes into an empty prefix only; choose another spec.etcd.prefix, or delete them (etcdctl del --prefix %s)", prefix, keys)
+		}
+		for i, set := range p.c.Etcd.Sets {
+			if counts[i] == 0 {
+				continue
+			}
+			if _, err := r.Etcd.Delete(ctx, set, p.etcdTLS, keys); err != nil {
+				return fmt.Errorf("restoring again: removing what the restore cut short wrote: %w", err)
+			}
+		}
+	}
+	if p.cfg.Status.RestoredFrom != name {
+		before := p.cfg.DeepCopy()
+		p.cfg.Status.RestoredFrom = name
+		if err := r.Client.Status().Patch(ctx, p.cfg, client.MergeFrom(before)); err != nil {
+			return fmt.Errorf("saying that the restore of %s begins: %w", name, err)
+		}
+		p.before.Status.RestoredFrom = name
+	}
+	written, err := r.restoreArchive(ctx, p, b, prefix)
+	if errors.Is(err, backup.ErrCorrupt) {
+		return hold(true, "ApiServerBackup %s cannot be restored: %v", name, err)
+	}
+	if err != nil {
+		return err
+	}
+	p.cfg.Status.DataPrefix = prefix
+	r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonRestored, "Data",
+		"Restored %d keys from ApiServerBackup %s under %s, with its encryption keys, CAs and service-account key", written, name, prefix)
+	p.requeueWithin(time.Millisecond)
+	p.done = true
+	return nil
+}
+
+// restoreArchive writes the archive's Secrets and keys for the tenant,
+// and returns how many keys it wrote.
+func (r *ApiServerConfigReconciler) restoreArchive(ctx context.Context, p *pass, b *v1alpha1.ApiServerBackup, prefix string) (int64, error) {
+	etcd, ok := r.Etcd.(tenantio.EtcdV3)
+	if !ok {
+		return 0, errors.New("restoring needs the operator's etcd client")
+	}
+	in, err := openArchive(ctx, r.APIReader, r.BackupDir, b)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = in.Close() }()
+	a, err := backup.NewReader(in)
+	if err != nil {
+		return 0, err
+	}
+	m := a.Manifest()
+	// Where each of the backup's etcds goes: the tenant's etcd for the
+	// resources it held.
+	target := make([]int, len(m.Sets))
+	for i, s := range m.Sets {
+		if len(s.Resources) > 0 {
+			target[i] = p.c.Etcd.SetOf(schema.ParseGroupResource(s.Resources[0]))
+		}
+	}
+	loaders := make([]*tenantio.Loader, len(p.c.Etcd.Sets))
+	defer func() {
+		for _, l := range loaders {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}()
+	var read *apiserver.Decrypter
+	for {
+		s, kv, err := a.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		if s != nil {
+			if read, err = r.restoreSecret(ctx, p, s, read); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		t := target[kv.Set]
+		if loaders[t] == nil {
+			if loaders[t], err = etcd.Loader(p.c.Etcd.Sets[t], p.etcdTLS); err != nil {
+				return 0, err
+			}
+		}
+		from, to := []byte(m.Prefix+kv.Key), []byte(prefix+kv.Key)
+		value := kv.Value
+		if read != nil && bytes.HasPrefix(value, []byte(apiserver.EncryptedValuePrefix)) {
+			if value, err = read.Rebind(from, to, value); err != nil {
+				return 0, fmt.Errorf("%w: %w", backup.ErrCorrupt, err)
+			}
+		}
+		if err := loaders[t].Put(ctx, to, value, kv.TTL); err != nil {
+			return 0, err
+		}
+	}
+	var written int64
+	for _, l := range loaders {
+		if l == nil {
+			continue
+		}
+		if err := l.Flush(ctx); err != nil {
+			return 0, err
+		}
+		written += l.Written
+	}
+	return written, nil
+}
+
+// restoreSecret makes one of the backup's Secrets the tenant's; the
+// encryption Secret gives the Decrypter of what is stored.
+func (r *ApiServerConfigReconciler) restoreSecret(ctx context.Context, p *pass, s *backup.Secret, read *apiserver.Decrypter) (*apiserver.Decrypter, error) {
+	name := p.cfg.Name + "-" + s.Role
+	if !apiserver.Retainable(p.cfg.Name, name) {
+		return nil, fmt.Errorf("%w: it holds a Secret of role %q, which no tenant has", backup.ErrCorrupt, s.Role)
+	}
+	want := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: name, Labels: map[string]string{
+			apiserver.NameLabel: p.cfg.Name, "app.kubernetes.io/managed-by": apiserver.FieldOwner}},
+		Type: corev1.SecretTypeOpaque,
+		Data: s.Data,
+	}
+	if state, ok := s.Annotations[apiserver.RotationStateAnnotation]; ok {
+		want.Annotations = map[string]string{apiserver.RotationStateAnnotation: state}
+	}
+	switch t := corev1.SecretType(s.Type); t {
+	case corev1.SecretTypeOpaque, corev1.SecretTypeTLS:
+		want.Type = t
+	case "":
+	default:
+		return nil, fmt.Errorf("%w: its Secret %s is of type %s, which the operator never writes", backup.ErrCorrupt, s.Role, t)
+	}
+	existing := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), existing)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.Client.Create(ctx, want); err != nil {
+			return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
+	case !apiequality.Semantic.DeepEqual(existing.Data, s.Data) || existing.Annotations[apiserver.RotationStateAnnotation] != want.Annotations[apiserver.RotationStateAnnotation]:
+		if !apiserver.ClaimOf(p.cfg.Name, p.cfg.UID, existing).Own() {
+			return nil, &nameConflict{kind: "Secret", namespace: p.cfg.Namespace, name: name, holder: apiserver.ClaimOf(p.cfg.Name, p.cfg.UID, existing).Holder}
+		}
+		patch := client.MergeFrom(existing.DeepCopy())
+		existing.Data = s.Data
+		if state, ok := want.Annotations[apiserver.RotationStateAnnotation]; ok {
+			existing.Annotations = withEntry(existing.Annotations, apiserver.RotationStateAnnotation, state)
+		}
+		if err := r.Client.Patch(ctx, existing, patch); err != nil {
+			return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
+		}
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Restored a Secret", "secret", name)
+	if name != apiserver.EncryptionSecretName(p.cfg.Name) {
+		return read, nil
+	}
+	keys, err := apiserver.ParseEncryptionKeys(s.Data[apiserver.EncryptionKeysKey], apiserver.EncryptionLayout{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: its encryption keys do not parse: %w", backup.ErrCorrupt, err)
+	}
+	return apiserver.NewDecrypter(keys)
+}
