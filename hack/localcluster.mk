@@ -90,7 +90,7 @@ cluster-down: $(LOCALCLUSTER) ## Stop the local cluster and remove its namespace
 # The local-cluster benchmarks run once too, small, so that they keep
 # working: make bench runs them for real.
 test-e2e: localcluster-binaries ## Run the end-to-end tests on a local cluster that they start and stop (needs root).
-	LOCALCLUSTER_DIR=$(LOCALCLUSTER_DIR) LOCALCLUSTER_BIN_DIR=$(LOCALBIN) LOCALCLUSTER_IMAGES_DIR=$(IMAGES_DIR) BENCH_TENANTS=3 BENCH_SECRETS=500 BENCH_BURST_SPECS=200 \
+	LOCALCLUSTER_DIR=$(LOCALCLUSTER_DIR) LOCALCLUSTER_BIN_DIR=$(LOCALBIN) LOCALCLUSTER_IMAGES_DIR=$(IMAGES_DIR) BENCH_TENANTS=3 BENCH_SECRETS=500 BENCH_BURST_SPECS=200 BENCH_BACKUP_OBJECTS=1000 \
 		go test -tags e2e ./test/e2e/... -count=1 -timeout 30m -v -bench Tenant -benchtime 1x \
 		|| { rc=$$?; $(LOCALCLUSTER) down --dir $(LOCALCLUSTER_DIR); exit $$rc; }
 
