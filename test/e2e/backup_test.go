@@ -100,8 +100,9 @@ func backupAndRestore(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConf
 	return f
 }
 
-func (f backupFigures) log(t testing.TB) {
-	t.Logf("backup of %d keys (%.1f MiB, archive %.1f MiB): %s, %.0f keys/s, %.1f MiB/s; restore: %s, %.0f keys/s, %.1f MiB/s",
+func (f backupFigures) log(tb testing.TB) {
+	tb.Helper()
+	tb.Logf("backup of %d keys (%.1f MiB, archive %.1f MiB): %s, %.0f keys/s, %.1f MiB/s; restore: %s, %.0f keys/s, %.1f MiB/s",
 		f.keys, mib(f.bytes), mib(f.archiveBytes), f.backup.Round(time.Millisecond), float64(f.keys)/f.backup.Seconds(), mib(f.bytes)/f.backup.Seconds(),
 		f.restore.Round(time.Millisecond), float64(f.keys)/f.restore.Seconds(), mib(f.bytes)/f.restore.Seconds())
 }
