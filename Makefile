@@ -22,6 +22,10 @@ BUNDLED_DEPS := $(BUNDLED_DIR)/go.mod $(BUNDLED_DIR)/go.sum
 # Tools carry their version in their name, so that a version bump rebuilds them.
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+# An S3-compatible server (its posix backend serves a directory), built from
+# its module: the tests keep backups in a real bucket.
+VERSITYGW_VERSION ?= v1.8.0
+VERSITYGW ?= $(LOCALBIN)/versitygw-$(VERSITYGW_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # The kube-apiserver of the default version, where envtest looks for it.
 KUBE_APISERVER ?= $(LOCALBIN)/kube-apiserver
@@ -132,7 +136,7 @@ lint: golangci-lint ## Run golangci-lint with the linters of .golangci.yml.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: test
-test: manifests generate fmt vet bundled ## Run unit tests and the suite against a real kube-apiserver and etcd.
+test: manifests generate fmt vet bundled $(VERSITYGW) ## Run unit tests and the suite against a real kube-apiserver and etcd.
 	go test ./... -count=1 -coverprofile cover.out
 
 .PHONY: fuzz-admission
@@ -190,6 +194,11 @@ $(LOCALBIN):
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen into bin/.
 $(CONTROLLER_GEN): | $(LOCALBIN)
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: versitygw
+versitygw: $(VERSITYGW) ## Build the S3-compatible server the tests keep backups in into bin/.
+$(VERSITYGW): | $(LOCALBIN)
+	$(call go-install-tool,$(VERSITYGW),github.com/versity/versitygw/cmd/versitygw,$(VERSITYGW_VERSION))
 
 .PHONY: kustomize
 kustomize: $(KUSTOMIZE) ## Build kustomize into bin/.

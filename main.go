@@ -307,6 +307,10 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err := backups.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackup controller: %w", err)
 		}
+		schedules := &controllers.ApiServerBackupScheduleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator")}
+		if err := schedules.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the ApiServerBackupSchedule controller: %w", err)
+		}
 	}
 
 	readyz := healthz.Ping

@@ -327,14 +327,15 @@ func CacheOptions(watchFilter string) cache.Options {
 	apiserverPod, _ := labels.NewRequirement(apiserver.NameLabel, selection.Exists, nil)
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			&v1alpha1.ApiServerConfig{}:     {Label: labels.NewSelector().Add(filter...)},
-			&v1alpha1.ApiServerBackup{}:     {Label: labels.NewSelector().Add(filter...)},
-			&corev1.Pod{}:                   {Label: labels.NewSelector().Add(*apiserverPod)},
-			&corev1.Secret{}:                owned,
-			&corev1.ConfigMap{}:             owned,
-			&corev1.Service{}:               owned,
-			&appsv1.Deployment{}:            owned,
-			&policyv1.PodDisruptionBudget{}: owned,
+			&v1alpha1.ApiServerConfig{}:         {Label: labels.NewSelector().Add(filter...)},
+			&v1alpha1.ApiServerBackup{}:         {Label: labels.NewSelector().Add(filter...)},
+			&v1alpha1.ApiServerBackupSchedule{}: {Label: labels.NewSelector().Add(filter...)},
+			&corev1.Pod{}:                       {Label: labels.NewSelector().Add(*apiserverPod)},
+			&corev1.Secret{}:                    owned,
+			&corev1.ConfigMap{}:                 owned,
+			&corev1.Service{}:                   owned,
+			&appsv1.Deployment{}:                owned,
+			&policyv1.PodDisruptionBudget{}:     owned,
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -87,7 +84,7 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if !controllerutil.ContainsFinalizer(b, BackupFinalizer) {
 			return ctrl.Result{}, nil
 		}
-		if err := r.removeArchive(b); err != nil {
+		if err := r.removeArchive(ctx, b); err != nil {
 			return ctrl.Result{}, err
 		}
 		patch := client.MergeFrom(b.DeepCopy())
@@ -95,6 +92,14 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, b, patch))
 	}
 	if b.Status.Phase == v1alpha1.BackupCompleted || b.Status.Phase == v1alpha1.BackupFailed {
+		return ctrl.Result{}, nil
+	}
+	// The cache may not hold yet what the last pass wrote (its finalizer
+	// brings this pass at once): a backup is taken once, so read it live.
+	if err := r.APIReader.Get(ctx, req.NamespacedName, b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if b.Status.Phase == v1alpha1.BackupCompleted || b.Status.Phase == v1alpha1.BackupFailed || !b.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
 	if !controllerutil.ContainsFinalizer(b, BackupFinalizer) {
@@ -170,11 +175,16 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 	if err != nil {
 		return 0, err
 	}
-	dest, location, err := r.create(b)
+	store, err := storeOf(ctx, r.APIReader, r.Dir, b)
 	if err != nil {
 		return 0, err
 	}
-	defer dest.abort()
+	location := store.Location()
+	dest, err := store.Create(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer dest.Abort()
 	now := metav1.NewTime(r.Clock.Now())
 	b.Status.StartTime, b.Status.Prefix, b.Status.KeySecretName = &now, cfg.Status.DataPrefix, keySecret
 	r.setPhase(b, v1alpha1.BackupRunning, "Running", "Reading the tenant's keys")
@@ -220,7 +230,7 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 	if err := sealed.Close(); err != nil {
 		return 0, fmt.Errorf("sealing the archive: %w", err)
 	}
-	size, err := dest.commit()
+	size, err := dest.Commit()
 	if err != nil {
 		return 0, err
 	}
@@ -299,117 +309,6 @@ func (r *ApiServerBackupReconciler) identity(ctx context.Context, b *v1alpha1.Ap
 // BackupKeySecretName is the Secret whose identity unseals the backup
 // name's archive.
 func BackupKeySecretName(name string) string { return name + "-backup-key" }
-
-// archiveFile is where the backup's archive lives on the backup volume.
-func (r *ApiServerBackupReconciler) archiveFile(b *v1alpha1.ApiServerBackup) string {
-	return filepath.Join(r.Dir, b.Namespace, b.Name+".backup")
-}
-
-// destination is an archive being written.
-type destination interface {
-	io.Writer
-	// commit makes it the backup's, and returns its size.
-	commit() (int64, error)
-	// abort drops it unless committed.
-	abort()
-}
-
-// create opens the backup's destination.
-func (r *ApiServerBackupReconciler) create(b *v1alpha1.ApiServerBackup) (destination, string, error) {
-	if b.Spec.Storage.Volume != nil {
-		if r.Dir == "" {
-			return nil, "", fail("NoBackupVolume", "the operator has no backup volume (its --backup-dir is empty): ask the platform to mount one")
-		}
-		path := r.archiveFile(b)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, "", fmt.Errorf("creating the backup directory of namespace %s: %w", b.Namespace, err)
-		}
-		f, err := os.CreateTemp(filepath.Dir(path), b.Name+".backup.partial-*")
-		if err != nil {
-			return nil, "", fmt.Errorf("creating the archive: %w", err)
-		}
-		return &fileDestination{f: f, path: path}, "file://" + path, nil
-	}
-	return nil, "", fail("UnsupportedStorage", "spec.storage names no storage this operator knows: set storage.volume")
-}
-
-// removeArchive removes what the backup stored.
-func (r *ApiServerBackupReconciler) removeArchive(b *v1alpha1.ApiServerBackup) error {
-	if b.Spec.Storage.Volume != nil && r.Dir != "" {
-		if err := os.Remove(r.archiveFile(b)); err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("removing the archive of backup %s: %w", b.Name, err)
-		}
-	}
-	return nil
-}
-
-// fileDestination writes an archive to a temporary file, renamed into
-// place once complete and synced.
-type fileDestination struct {
-	f         *os.File
-	path      string
-	n         int64
-	committed bool
-}
-
-func (d *fileDestination) Write(p []byte) (int, error) {
-	n, err := d.f.Write(p)
-	d.n += int64(n)
-	return n, err
-}
-
-func (d *fileDestination) commit() (int64, error) {
-	if err := d.f.Sync(); err != nil {
-		return 0, fmt.Errorf("writing the archive: %w", err)
-	}
-	if err := d.f.Close(); err != nil {
-		return 0, fmt.Errorf("writing the archive: %w", err)
-	}
-	if err := os.Rename(d.f.Name(), d.path); err != nil {
-		return 0, fmt.Errorf("storing the archive: %w", err)
-	}
-	d.committed = true
-	return d.n, nil
-}
-
-func (d *fileDestination) abort() {
-	if !d.committed {
-		_ = d.f.Close()
-		_ = os.Remove(d.f.Name())
-	}
-}
-
-// openArchive reads a completed backup's archive, unsealed. It reads it
-// where the operator wrote it and with the identity Secret it made, not
-// where the status says: a status is anyone's who may write it.
-func openArchive(ctx context.Context, reader client.Reader, dir string, b *v1alpha1.ApiServerBackup) (io.ReadCloser, error) {
-	if b.Spec.Storage.Volume == nil || dir == "" {
-		return nil, fmt.Errorf("backup %s is at %s, which this operator does not read (it reads its backup volume, --backup-dir)", b.Name, b.Status.Location)
-	}
-	s := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: BackupKeySecretName(b.Name)}, s); err != nil {
-		return nil, fmt.Errorf("reading the identity of backup %s (Secret %s): %w", b.Name, BackupKeySecretName(b.Name), err)
-	}
-	if !metav1.IsControlledBy(s, b) {
-		return nil, fmt.Errorf("%w: Secret %s is not backup %s's own", backup.ErrCorrupt, s.Name, b.Name)
-	}
-	path := filepath.Join(dir, b.Namespace, b.Name+".backup")
-	f, err := os.Open(path) //nolint:gosec // the operator's own volume, under the backup's namespace and name
-	if err != nil {
-		return nil, fmt.Errorf("opening the archive of backup %s: %w", b.Name, err)
-	}
-	r, err := backup.Unseal(f, string(s.Data[backup.IdentityKey]))
-	if err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	return readCloser{Reader: r, Closer: f}, nil
-}
-
-type readCloser struct {
-	io.Reader
-	io.Closer
-}
 
 // setPhase says where the backup stands: Ready once completed, Stalled
 // once failed, Reconciling meanwhile.

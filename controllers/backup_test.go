@@ -4,18 +4,26 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/test/envtest"
+	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
 
 // storedUnder is every key and value under prefix in the test's etcd,
@@ -198,4 +206,177 @@ func TestApiServerConfigReconciler_ARestoreNeedsAnEmptyPrefix(t *testing.T) {
 	if n := keysUnder(t, dst.Spec.Etcd.Prefix+"/"); n != 2 {
 		t.Fatalf("%d keys under the prefix, want the 2 that were there", n)
 	}
+}
+
+// s3Server starts the S3-compatible server of bin/ (versitygw, its posix
+// backend on a directory of the test's) on a port of the test's, with
+// bucket, and returns its endpoint and a client.
+func s3Server(t *testing.T, bucket string) (string, *minio.Client) {
+	t.Helper()
+	endpoint := fmt.Sprintf("127.0.0.1:%d", testport.Get(t))
+	cmd := exec.Command(filepath.Join(envtest.BinDir(), "versitygw"), "--access", "test-access", "--secret", "test-secret-key",
+		"--port", endpoint, "--quiet", "posix", t.TempDir())
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the S3 server of bin/ (make versitygw builds it): %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cli, err := minio.New(endpoint, &minio.Options{Creds: credentials.NewStaticV4("test-access", "test-secret-key", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the S3 server makes the bucket", func() error {
+		return cli.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{})
+	})
+	return endpoint, cli
+}
+
+// A backup kept in an S3 bucket (a real S3-compatible server) restores
+// like one on the volume; the object appears only once complete, holds no
+// plain text, and goes with the backup.
+func TestApiServerConfigReconciler_ABackupInAnS3BucketRestores(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	endpoint, s3 := s3Server(t, "tenant-backups")
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
+		Data: map[string][]byte{S3AccessKeyIDKey: []byte("test-access"), S3SecretAccessKeyKey: []byte("test-secret-key")}}
+	if err := env.Client.Create(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	src := tenant(ns, "bucketed", nil)
+	createReady(t, src)
+	putKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 1200)
+	before := storedUnder(t, src.Spec.Etcd.Prefix)
+
+	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "to-s3"},
+		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: src.Name, Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
+			Endpoint: endpoint, Bucket: "tenant-backups", Prefix: "prod/", CredentialsSecretName: creds.Name, Insecure: true}}}}
+	if err := env.Client.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	done := waitBackup(t, b, v1alpha1.BackupCompleted)
+	object := "prod/" + ns + "/to-s3.backup"
+	if want := "s3://" + endpoint + "/tenant-backups/" + object; done.Status.Location != want || done.Status.Keys != int64(len(before)) {
+		t.Fatalf("the backup is at %s with %d keys; want %s with %d", done.Status.Location, done.Status.Keys, want, len(before))
+	}
+	info, err := s3.StatObject(ctx, "tenant-backups", object, minio.StatObjectOptions{})
+	if err != nil || info.Size != done.Status.ArchiveBytes {
+		t.Fatalf("the object is %d bytes (%v), the backup says %d", info.Size, err, done.Status.ArchiveBytes)
+	}
+	obj, err := s3.GetObject(ctx, "tenant-backups", object, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := io.ReadAll(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(archive, []byte("configmaps")) {
+		t.Fatal("the object holds plain text")
+	}
+
+	if err := env.Client.Delete(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, src)
+	restored := tenant(ns, "from-s3", func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
+	createReady(t, restored)
+	after := storedUnder(t, restored.Spec.Etcd.Prefix)
+	if len(after) != len(before) {
+		t.Fatalf("%d keys restored from the bucket, %d backed up", len(after), len(before))
+	}
+	for rel, was := range before {
+		if !bytes.Equal(after[rel], was) {
+			t.Fatalf("%s holds %q after the restore, was %q", rel, after[rel], was)
+		}
+	}
+
+	if err := env.Client.Delete(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the object is removed", func() error {
+		if _, err := s3.StatObject(ctx, "tenant-backups", object, minio.StatObjectOptions{}); minio.ToErrorResponse(err).Code != "NoSuchKey" {
+			return fmt.Errorf("the object is still there (%w)", err)
+		}
+		return nil
+	})
+}
+
+// A schedule takes a backup each time one is due, and keeps the newest
+// of them: the older ones go, with their archives.
+func TestApiServerConfigReconciler_ABackupScheduleKeepsTheNewestBackups(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "scheduled", nil)
+	createReady(t, cfg)
+	putKeys(t, cfg.Spec.Etcd.Prefix+"/configmaps/default/cm-", 10)
+	keep := int32(2)
+	s := &v1alpha1.ApiServerBackupSchedule{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "often"},
+		Spec: v1alpha1.ApiServerBackupScheduleSpec{Schedule: "@every 2s", Keep: &keep,
+			Template: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: cfg.Name, Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}}
+	if err := env.Client.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	taken := map[string]bool{}
+	eventually(t, 40*time.Second, "the schedule took 4 backups, keeping 2", func() error {
+		got := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: s.ObjectMeta})
+		if got.Status.LastBackupName != "" {
+			taken[got.Status.LastBackupName] = true
+		}
+		list := &v1alpha1.ApiServerBackupList{}
+		if err := env.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.BackupScheduleLabel: s.Name}); err != nil {
+			return err
+		}
+		completed := 0
+		for _, b := range list.Items {
+			if b.Status.Phase == v1alpha1.BackupCompleted && b.DeletionTimestamp.IsZero() {
+				completed++
+			}
+		}
+		if completed > 2 {
+			t.Fatalf("%d completed backups, more than the 2 kept", completed)
+		}
+		if len(taken) < 4 || completed != 2 {
+			return fmt.Errorf("%d backups taken so far, %d completed kept", len(taken), completed)
+		}
+		return nil
+	})
+	// The archives of the backups that went are gone too.
+	eventually(t, 20*time.Second, "only the kept backups' archives are left", func() error {
+		files, err := filepath.Glob(filepath.Join(backupDir, ns, "*.backup"))
+		if err != nil {
+			return err
+		}
+		list := &v1alpha1.ApiServerBackupList{}
+		if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(files) > len(list.Items) {
+			return fmt.Errorf("%d archives for %d backups", len(files), len(list.Items))
+		}
+		return nil
+	})
+	// A suspended schedule says so, and has no next time.
+	got := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: s.ObjectMeta})
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.Suspend = true
+	if err := env.Client.Patch(ctx, got, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the schedule says it is suspended", func() error {
+		got := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: s.ObjectMeta})
+		if c := conditionOfSchedule(got, v1alpha1.ConditionReady); c == nil || c.Reason != "Suspended" || c.ObservedGeneration != got.Generation || got.Status.NextScheduleTime != nil {
+			return fmt.Errorf("Ready is %v, the next backup due at %v", c, got.Status.NextScheduleTime)
+		}
+		return nil
+	})
+}
+
+func conditionOfSchedule(s *v1alpha1.ApiServerBackupSchedule, kind string) *metav1.Condition {
+	for i := range s.Status.Conditions {
+		if s.Status.Conditions[i].Type == kind {
+			return &s.Status.Conditions[i]
+		}
+	}
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/backup"
+	"github.com/apiserver-operator/apiserver-operator/controllers/archives"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -92,7 +93,7 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 		p.before.Status.RestoredFrom = name
 	}
 	written, err := r.restoreArchive(ctx, p, b, prefix)
-	if errors.Is(err, backup.ErrCorrupt) {
+	if errors.Is(err, backup.ErrCorrupt) || errors.Is(err, archives.ErrGone) {
 		return hold(true, "ApiServerBackup %s cannot be restored: %v", name, err)
 	}
 	if err != nil {

@@ -105,5 +105,9 @@ func run(m *testing.M) (int, error) {
 	if err := backups.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}
+	schedules := &ApiServerBackupScheduleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator")}
+	if err := schedules.SetupWithManager(mgr); err != nil {
+		return 0, err
+	}
 	return env.RunManager(m, mgr)
 }
