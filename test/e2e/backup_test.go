@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -37,12 +39,12 @@ type backupFigures struct {
 }
 
 // backupAndRestore stores objects ConfigMaps and Secrets (a tenth of them
-// Secrets) in the tenant cfg, backs it up on the operator's volume,
+// Secrets) in the tenant cfg, backs it up to storage,
 // deletes the tenant with its data,
 // and restores the backup into a new tenant of another name and prefix,
 // Ready; it times the backup (creation to Completed) and the restore
 // (creation to status.dataPrefix).
-func backupAndRestore(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, tenant *kubernetes.Clientset, objects int) backupFigures {
+func backupAndRestore(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, tenant *kubernetes.Clientset, objects int, storage v1alpha1.BackupStorage) backupFigures {
 	t.Helper()
 	ctx := context.Background()
 	var f backupFigures
@@ -50,7 +52,7 @@ func backupAndRestore(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConf
 	waitEncrypted(t, c, cfg, 5*time.Minute)
 
 	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name + "-backup"},
-		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: cfg.Name, Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}
+		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: cfg.Name, Storage: storage}}
 	start := time.Now()
 	if err := c.Create(ctx, b); err != nil {
 		t.Fatal(err)
@@ -109,9 +111,31 @@ func (f backupFigures) log(tb testing.TB) {
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
-// Scenario (backup and restore): a tenant with 10 000 objects is backed up,
-// deleted with its data, and restored into a new tenant of another name
-// and prefix: every ConfigMap and Secret reads back byte for byte
+// s3Bucket makes a bucket of its own on the local cluster's S3 server
+// (versitygw, built from its module) and the credentials Secret in
+// namespace, and returns the storage of a backup there.
+func s3Bucket(t testing.TB, c client.Client, namespace string) *v1alpha1.S3Storage {
+	t.Helper()
+	s3 := cluster.S3()
+	cli, err := minio.New(s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKeyID, s3.SecretAccessKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := "backups-" + namespace
+	if err := cli.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{}); err != nil {
+		t.Fatalf("making bucket %s on the local cluster's S3 server: %v", bucket, err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "s3-credentials"},
+		Data: map[string][]byte{"accessKeyID": []byte(s3.AccessKeyID), "secretAccessKey": []byte(s3.SecretAccessKey)}}
+	if err := c.Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	return &v1alpha1.S3Storage{Endpoint: s3.Endpoint, Bucket: bucket, CredentialsSecretName: secret.Name, Insecure: true}
+}
+
+// Scenario (backup and restore): a tenant with 10 000 objects is backed up
+// to an S3-compatible bucket, deleted with its data, and restored into a
+// new tenant of another name and prefix: every ConfigMap and Secret reads back byte for byte
 // (decrypted by the restored apiservers, with the restored key), the
 // tenant is Ready, and a client whose informer watched the old tenant
 // goes on against the new one (it lists again, then sees new objects).
@@ -158,7 +182,7 @@ func TestOperator_ABackupRestoresIntoANewTenantAndAWatchGoesOn(t *testing.T) {
 		t.Fatal("the informer did not sync")
 	}
 
-	f := backupAndRestore(t, c, cfg, tenant, 10000)
+	f := backupAndRestore(t, c, cfg, tenant, 10000, v1alpha1.BackupStorage{S3: s3Bucket(t, c, cfg.Namespace)})
 	f.log(t)
 	restored := f.restoredClientset
 	cms, err := restored.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
@@ -229,7 +253,7 @@ func BenchmarkTenantBackupRestore(b *testing.B) {
 	var last backupFigures
 	for i := range b.N {
 		c, cfg, tenant := startTenant(b, fmt.Sprintf("bench-backup-%d", i), nil)
-		last = backupAndRestore(b, c, cfg, tenant, objects)
+		last = backupAndRestore(b, c, cfg, tenant, objects, v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}})
 		last.log(b)
 		b.ReportMetric(float64(last.keys)/last.backup.Seconds(), "backup-keys/s")
 		b.ReportMetric(mib(last.bytes)/last.backup.Seconds(), "backup-MiB/s")

@@ -19,6 +19,7 @@ const (
 	compEtcd             = "etcd"
 	compTenantEtcdMain   = "etcd-tenant-main"
 	compTenantEtcdEvents = "etcd-tenant-events"
+	compS3               = "s3"
 	compAPIServer        = "kube-apiserver"
 	compControllerMgr    = "kube-controller-manager"
 	compScheduler        = "kube-scheduler"
@@ -30,7 +31,7 @@ const (
 // stopOrder stops the node before the control plane, and etcd last.
 var stopOrder = []string{
 	compKubeProxy, compKubelet, compContainerd, compScheduler, compControllerMgr,
-	compAPIServer, compTenantEtcdEvents, compTenantEtcdMain, compEtcd,
+	compAPIServer, compS3, compTenantEtcdEvents, compTenantEtcdMain, compEtcd,
 }
 
 // Names of the certificates and keys in the pki directory.
@@ -90,6 +91,20 @@ func (l layout) tenantEtcdComponent(name, cert string, clientPort int) component
 		"--log-level=warn",
 	}}
 }
+
+// s3 is an S3-compatible server (versitygw, its posix backend on a
+// directory of the cluster's) on the node's address, where tenants keep
+// their backups: plain HTTP, static credentials (S3AccessKeyID).
+func (l layout) s3() component {
+	return component{name: compS3, binary: l.bin("versitygw"), args: []string{
+		"--access", S3AccessKeyID, "--secret", S3SecretAccessKey,
+		"--port", l.NodeIP + ":" + strconv.Itoa(s3Port),
+		"--quiet",
+		"posix", l.s3Dir(),
+	}}
+}
+
+func (l layout) s3Dir() string { return filepath.Join(l.dataDir(), compS3) }
 
 func (l layout) apiserver() component {
 	return component{name: compAPIServer, binary: l.bin("kube-apiserver"), args: []string{

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -67,6 +68,7 @@ const (
 	apiserverPort        = 6443
 	tenantEtcdMainPort   = 2479
 	tenantEtcdEventsPort = 2579
+	s3Port               = 7070
 	kubeProxyHealthzPort = 10256
 	nodePrefixLen        = "24"
 	nodeVeth             = "eth0"
@@ -165,6 +167,27 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 // TenantEtcd are the etcd servers for tenants' kube-apiservers.
 func (c *Cluster) TenantEtcd() TenantEtcd { return c.l.tenantEtcd() }
 
+// S3 is the cluster's S3-compatible server, for tenants' backups.
+type S3 struct {
+	// Endpoint is host:port on the node's address, plain HTTP.
+	Endpoint                     string
+	AccessKeyID, SecretAccessKey string
+}
+
+// Credentials of the local cluster's S3 server: a throwaway server on a
+// private address.
+const (
+	S3AccessKeyID     = "localcluster"
+	S3SecretAccessKey = "localcluster-secret"
+)
+
+// S3 is where the cluster's S3-compatible server answers.
+func (c *Cluster) S3() S3 { return c.l.s3Endpoint() }
+
+func (l layout) s3Endpoint() S3 {
+	return S3{Endpoint: l.NodeIP + ":" + strconv.Itoa(s3Port), AccessKeyID: S3AccessKeyID, SecretAccessKey: S3SecretAccessKey}
+}
+
 // TenantEtcdServer is one of the tenant etcd servers.
 type TenantEtcdServer string
 
@@ -252,7 +275,7 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func (l layout) checkBinaries() error {
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "containerd", "containerd-shim-runc-v2", "ctr"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "containerd", "containerd-shim-runc-v2", "ctr", "versitygw"} {
 		if !exists(l.bin(b)) {
 			return fmt.Errorf("starting the local cluster: %s is missing: build it with `make localcluster-binaries`", l.bin(b))
 		}
@@ -416,6 +439,7 @@ func (l layout) components() []component {
 		l.clusterEtcd(),
 		l.tenantEtcdComponent(compTenantEtcdMain, etcdTenantMainServer, tenantEtcdMainPort),
 		l.tenantEtcdComponent(compTenantEtcdEvents, etcdTenantEvents, tenantEtcdEventsPort),
+		l.s3(),
 		l.apiserver(),
 		l.controllerManager(),
 		l.scheduler(),

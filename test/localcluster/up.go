@@ -228,6 +228,12 @@ func (l layout) startAll(ctx context.Context) error {
 	if err := startAndWait([]string{compEtcd, compTenantEtcdMain, compTenantEtcdEvents}, "the tenant etcd servers to be healthy over TLS", etcdReadyTimeout, l.tenantEtcdHealthy); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(l.s3Dir(), 0o700); err != nil {
+		return fmt.Errorf("creating the S3 server's directory: %w", err)
+	}
+	if err := startAndWait([]string{compS3}, "the S3 server to answer", etcdReadyTimeout, l.s3Ready); err != nil {
+		return err
+	}
 	if err := startAndWait([]string{compAPIServer}, "kube-apiserver to be ready", apiserverReadyTimeout, l.apiserverReady); err != nil {
 		return err
 	}
@@ -310,6 +316,20 @@ func (l layout) tenantEtcdHealthy(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// s3Ready: the S3 server answers HTTP (403 to an anonymous request).
+func (l layout) s3Ready(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.s3Endpoint().Endpoint+"/", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
 	return nil
 }
 
