@@ -321,7 +321,7 @@ func (l layout) tenantEtcdHealthy(ctx context.Context) error {
 
 // s3Ready: the S3 server answers HTTP (403 to an anonymous request).
 func (l layout) s3Ready(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.s3Endpoint().Endpoint+"/", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.s3Endpoint().Endpoint+"/", http.NoBody)
 	if err != nil {
 		return err
 	}
