@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/storage/value"
@@ -305,4 +306,42 @@ func TestApiServerConfigReconciler_ValuesNoKeyReadsMakeTheTenantNotReady(t *test
 		}
 		return nil
 	})
+}
+
+// A tenant that ran before the operator recorded status.dataPrefix (an
+// operator upgrade) keeps running on its data: the first pass records the
+// prefix it runs on, holding nothing, and its Deployment does not roll.
+func TestApiServerConfigReconciler_ATenantThatRanBeforeTheDataCheckKeepsItsData(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "older", nil)
+	createReady(t, cfg)
+	putKeys(t, cfg.Spec.Etcd.Prefix+"/configmaps/default/cm-", 5)
+	d := get(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}})
+
+	// As an older operator left it: no dataPrefix.
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Status.DataPrefix = ""
+	if err := env.Client.Status().Patch(ctx, got, patch); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, cfg)
+	eventually(t, 20*time.Second, "the pass records the prefix it runs on", func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		if got.Status.DataPrefix != cfg.Spec.Etcd.Prefix {
+			return fmt.Errorf("status.dataPrefix is %q", got.Status.DataPrefix)
+		}
+		if c := conditionOf(got, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Ready is %v", c)
+		}
+		return nil
+	})
+	now := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta})
+	if now.Generation != d.Generation || !apiequality.Semantic.DeepEqual(now.Spec.Template, d.Spec.Template) {
+		t.Fatalf("the Deployment changed (generation %d → %d)", d.Generation, now.Generation)
+	}
+	if n := keysUnder(t, cfg.Spec.Etcd.Prefix+"/configmaps/"); n != 5 {
+		t.Fatalf("%d of the tenant's 5 keys are left", n)
+	}
 }
