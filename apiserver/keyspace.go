@@ -109,6 +109,13 @@ func ancestors(p string) []string {
 	return out
 }
 
+// KeysUnder is what every key of a tenant with the cleaned prefix begins
+// with: "<prefix>/", and "/" for the root (kube-apiserver joins the prefix
+// and "/<resource>/…").
+func KeysUnder(prefix string) string {
+	return strings.TrimSuffix(prefix, "/") + "/"
+}
+
 // Marks of the Secrets a tenant deleted with deletionPolicy Retain kept:
 // the label makes them easy to find (the tenant index watches them), the
 // annotation says where the data they read is (EtcdKeyspace in JSON). No

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,7 +43,11 @@ func storeOf(ctx context.Context, reader client.Reader, dir string, b *v1alpha1.
 		if err := reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: spec.CredentialsSecretName}, creds); err != nil {
 			return nil, fmt.Errorf("reading the S3 credentials (Secret %s named by storage.s3.credentialsSecretName): %w", spec.CredentialsSecretName, err)
 		}
-		o := archives.S3Options{Endpoint: spec.Endpoint, Bucket: spec.Bucket, Object: spec.Prefix + b.Namespace + "/" + name, Region: spec.Region,
+		object := b.Namespace + "/" + name
+		if spec.Prefix != "" {
+			object = strings.TrimSuffix(spec.Prefix, "/") + "/" + object // never another namespace's
+		}
+		o := archives.S3Options{Endpoint: spec.Endpoint, Bucket: spec.Bucket, Object: object, Region: spec.Region,
 			AccessKeyID: string(creds.Data[S3AccessKeyIDKey]), SecretAccessKey: string(creds.Data[S3SecretAccessKeyKey]), Insecure: spec.Insecure}
 		if o.AccessKeyID == "" || o.SecretAccessKey == "" {
 			return nil, fmt.Errorf("the Secret %s has no %s or no %s: storage.s3 needs both", spec.CredentialsSecretName, S3AccessKeyIDKey, S3SecretAccessKeyKey)
@@ -67,6 +72,9 @@ func storeOf(ctx context.Context, reader client.Reader, dir string, b *v1alpha1.
 // to reach its bucket (their Secret gone), the backup goes, and its
 // archive, sealed for an identity that goes with it, stays unreadable.
 func (r *ApiServerBackupReconciler) removeArchive(ctx context.Context, b *v1alpha1.ApiServerBackup) error {
+	if b.Status.Phase != v1alpha1.BackupCompleted {
+		return nil // an archive exists only once the backup completed
+	}
 	store, err := storeOf(ctx, r.APIReader, r.Dir, b)
 	var failed *backupFailure
 	switch {

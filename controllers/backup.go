@@ -153,6 +153,9 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 		}
 		return 0, err
 	}
+	if cfg.Status.DataPrefix == "/" {
+		return 0, fail(v1alpha1.ReasonInvalidSpec, "ApiServerConfig %s stores under /, every key of its etcd, which is not one tenant's to back up", cfg.Name)
+	}
 	if cfg.Status.DataPrefix == "" {
 		r.setPhase(b, v1alpha1.BackupRunning, "TenantNotStarted", fmt.Sprintf("ApiServerConfig %s has not started yet: it stored nothing to back up", cfg.Name))
 		return backupRetry, nil
@@ -212,11 +215,15 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 			return 0, err
 		}
 	}
-	keys := cfg.Status.DataPrefix + "/"
+	keys := apiserver.KeysUnder(cfg.Status.DataPrefix)
 	for i, set := range c.Etcd.Sets {
 		rev, err := r.Etcd.Snapshot(ctx, set, tlsConfig, keys, func(k tenantio.SnapshotKey) error {
-			return w.KeyValue(backup.KeyValue{Set: i, Key: string(k.Key[len(cfg.Status.DataPrefix):]), TTL: k.TTL, Value: k.Value})
+			// Relative to the prefix, from its "/" on.
+			return w.KeyValue(backup.KeyValue{Set: i, Key: string(k.Key[len(keys)-1:]), TTL: k.TTL, Value: k.Value})
 		})
+		if tenantio.IsCompacted(err) {
+			return 0, fail("Compacted", "etcd %s compacted the revision the backup read at before it had read every key (the tenant's keys took longer to read than the etcd's compaction interval): take another backup", strings.Join(set, ","))
+		}
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Info("A backup could not read its tenant's etcd", "apiServerBackup", klog.KObj(b), "error", tenantio.Detail(err))
 			return 0, fmt.Errorf("reading the tenant's keys on etcd %s: %w", strings.Join(set, ","), err)

@@ -46,12 +46,12 @@ func storedUnder(t *testing.T, prefix string) map[string][]byte {
 	return out
 }
 
-func waitBackup(t *testing.T, b *v1alpha1.ApiServerBackup, phase string) *v1alpha1.ApiServerBackup {
+func waitCompleted(t *testing.T, b *v1alpha1.ApiServerBackup) *v1alpha1.ApiServerBackup {
 	t.Helper()
 	var got *v1alpha1.ApiServerBackup
-	eventually(t, 30*time.Second, "the backup is "+phase, func() error {
+	eventually(t, 30*time.Second, "the backup is Completed", func() error {
 		got = get(t, &v1alpha1.ApiServerBackup{ObjectMeta: b.ObjectMeta})
-		if got.Status.Phase != phase {
+		if got.Status.Phase != v1alpha1.BackupCompleted {
 			return fmt.Errorf("the backup is %q: %v", got.Status.Phase, got.Status.Conditions)
 		}
 		return nil
@@ -106,7 +106,7 @@ func TestApiServerConfigReconciler_ABackupRestoresIntoANewTenant(t *testing.T) {
 	if err := env.Client.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	done := waitBackup(t, b, v1alpha1.BackupCompleted)
+	done := waitCompleted(t, b)
 	if done.Status.Keys != int64(len(before)) || done.Status.ArchiveBytes == 0 || len(done.Status.Revisions) != 1 || done.Status.SHA256 == "" ||
 		done.Status.Prefix != prefix || !strings.HasPrefix(done.Status.Location, "file://"+backupDir+"/"+ns+"/nightly.backup") {
 		t.Fatalf("the completed backup says %+v; want %d keys", done.Status, len(before))
@@ -196,7 +196,7 @@ func TestApiServerConfigReconciler_ARestoreNeedsAnEmptyPrefix(t *testing.T) {
 	if err := env.Client.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	waitBackup(t, b, v1alpha1.BackupCompleted)
+	waitCompleted(t, b)
 	dst := tenant(ns, "dst", func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
 	putKeys(t, dst.Spec.Etcd.Prefix+"/configmaps/default/there-", 2)
 	if err := env.Client.Create(ctx, dst); err != nil {
@@ -254,7 +254,7 @@ func TestApiServerConfigReconciler_ABackupInAnS3BucketRestores(t *testing.T) {
 	if err := env.Client.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	done := waitBackup(t, b, v1alpha1.BackupCompleted)
+	done := waitCompleted(t, b)
 	object := "prod/" + ns + "/to-s3.backup"
 	if want := "s3://" + endpoint + "/tenant-backups/" + object; done.Status.Location != want || done.Status.Keys != int64(len(before)) {
 		t.Fatalf("the backup is at %s with %d keys; want %s with %d", done.Status.Location, done.Status.Keys, want, len(before))
@@ -379,4 +379,67 @@ func conditionOfSchedule(s *v1alpha1.ApiServerBackupSchedule, kind string) *meta
 		}
 	}
 	return nil
+}
+
+// A schedule that never comes is refused in status; the worker does not
+// spin on it (the next schedule is still served).
+func TestApiServerConfigReconciler_ABackupScheduleThatNeverComesIsInvalid(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	never := &v1alpha1.ApiServerBackupSchedule{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "february"},
+		Spec: v1alpha1.ApiServerBackupScheduleSpec{Schedule: "0 0 30 2 *",
+			Template: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: "any", Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}}
+	next := never.DeepCopy()
+	next.Name, next.Spec.Schedule = "daily", "@daily"
+	for _, s := range []*v1alpha1.ApiServerBackupSchedule{never, next} {
+		if err := env.Client.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 20*time.Second, "both schedules have a status", func() error {
+		n := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: never.ObjectMeta})
+		if c := conditionOfSchedule(n, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "never comes") {
+			return fmt.Errorf("the impossible schedule's Stalled is %v", c)
+		}
+		d := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: next.ObjectMeta})
+		if d.Status.NextScheduleTime == nil || time.Until(d.Status.NextScheduleTime.Time) > 24*time.Hour {
+			return fmt.Errorf("the daily schedule's next time is %v", d.Status.NextScheduleTime)
+		}
+		return nil
+	})
+}
+
+// An archive altered on its volume is refused before anything is written.
+func TestApiServerConfigReconciler_AnAlteredArchiveIsNotRestored(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	src := tenant(ns, "orig", nil)
+	createReady(t, src)
+	putKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 300)
+	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "altered"},
+		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: src.Name, Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}
+	if err := env.Client.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	done := waitCompleted(t, b)
+	path := strings.TrimPrefix(done.Status.Location, "file://")
+	archive, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive[len(archive)/2] ^= 0x01
+	if err := os.WriteFile(path, archive, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dst := tenant(ns, "copy", func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
+	if err := env.Client.Create(ctx, dst); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, dst, v1alpha1.ReasonRestoreFailed, "ApiServerBackup altered cannot be restored")
+	if n := keysUnder(t, dst.Spec.Etcd.Prefix+"/"); n != 0 {
+		t.Fatalf("%d keys were written from an altered archive", n)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.CASecretName(dst.Name)}, &corev1.Secret{}); err == nil {
+		t.Fatal("a Secret was restored from an altered archive")
+	}
 }

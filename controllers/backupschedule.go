@@ -90,8 +90,14 @@ func (r *ApiServerBackupScheduleReconciler) reconcile(ctx context.Context, s *v1
 		last = s.Status.LastScheduleTime.Time
 	}
 	due := sched.Next(last)
+	if due.IsZero() {
+		// robfig/cron's answer for an expression that never matches (30
+		// February), and for any time after it.
+		r.setReady(s, false, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.schedule %q never comes: no minute matches it", s.Spec.Schedule))
+		return ctrl.Result{}, nil
+	}
 	// One missed time or several: one backup, for the latest of them.
-	for next := sched.Next(due); !next.After(now); next = sched.Next(next) {
+	for next := sched.Next(due); !next.IsZero() && !next.After(now); next = sched.Next(next) {
 		due = next
 	}
 	if s.Spec.Suspend {
@@ -117,9 +123,13 @@ func (r *ApiServerBackupScheduleReconciler) reconcile(ctx context.Context, s *v1
 		}
 		at := metav1.NewTime(due)
 		s.Status.LastScheduleTime, s.Status.LastBackupName = &at, name
-		due = sched.Next(due)
-		for !due.After(now) {
+		for due = sched.Next(due); !due.IsZero() && !due.After(now); {
 			due = sched.Next(due)
+		}
+		if due.IsZero() {
+			s.Status.NextScheduleTime = nil
+			r.setReady(s, true, "Scheduled", "The schedule has no time left")
+			return ctrl.Result{}, nil
 		}
 	}
 	next := metav1.NewTime(due)
@@ -129,7 +139,8 @@ func (r *ApiServerBackupScheduleReconciler) reconcile(ctx context.Context, s *v1
 }
 
 // prune deletes the schedule's completed backups beyond spec.keep, oldest
-// first, and its failed ones older than its newest completed one.
+// first, and its failed ones older than its newest completed one; never
+// one that a tenant is being restored from.
 func (r *ApiServerBackupScheduleReconciler) prune(ctx context.Context, s *v1alpha1.ApiServerBackupSchedule) error {
 	list := &v1alpha1.ApiServerBackupList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingLabels{v1alpha1.BackupScheduleLabel: s.Name}); err != nil {
@@ -139,6 +150,16 @@ func (r *ApiServerBackupScheduleReconciler) prune(ctx context.Context, s *v1alph
 	slices.SortFunc(backups, func(a, b v1alpha1.ApiServerBackup) int {
 		return cmp.Or(b.CreationTimestamp.Compare(a.CreationTimestamp.Time), cmp.Compare(b.Name, a.Name)) // newest first
 	})
+	tenants := &v1alpha1.ApiServerConfigList{}
+	if err := r.Client.List(ctx, tenants, client.InNamespace(s.Namespace)); err != nil {
+		return fmt.Errorf("listing the tenants that may be restoring a backup: %w", err)
+	}
+	restoring := map[string]bool{}
+	for _, t := range tenants.Items {
+		if t.Spec.Restore != nil && t.Status.DataPrefix == "" {
+			restoring[t.Spec.Restore.BackupName] = true
+		}
+	}
 	keep := int(ptrOr(s.Spec.Keep, 7))
 	completed := 0
 	for i := range backups {
@@ -151,8 +172,8 @@ func (r *ApiServerBackupScheduleReconciler) prune(ctx context.Context, s *v1alph
 		case v1alpha1.BackupFailed:
 			drop = completed > 0
 		}
-		if !drop || !b.DeletionTimestamp.IsZero() {
-			continue
+		if !drop || !b.DeletionTimestamp.IsZero() || restoring[b.Name] {
+			continue // a tenant that starts from it needs it until it started
 		}
 		if err := client.IgnoreNotFound(r.Client.Delete(ctx, b)); err != nil {
 			return fmt.Errorf("deleting ApiServerBackup %s, beyond the %d the schedule keeps: %w", b.Name, keep, err)

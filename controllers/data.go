@@ -35,17 +35,22 @@ func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) erro
 	if p.done = p.obs.etcdErr != nil; p.done {
 		return nil
 	}
-	if p.cfg.Spec.Restore != nil {
-		return r.restore(ctx, p, prefix)
-	}
-	var retained bool
+	var kept *apiserver.EtcdKeyspace
 	if r.TenantIndex != nil {
 		k, ok, err := r.TenantIndex.RetainedBy(ctx, p.cfg.Namespace, p.cfg.Name)
 		if err != nil {
 			return err
 		}
-		retained = ok && k.Prefix == prefix
+		if ok {
+			kept = &k
+		}
 	}
+	if p.cfg.Spec.Restore != nil && p.cfg.Status.DataPrefix == "" && p.current.Name == "" {
+		// Only before the tenant ever started: a restored tenant that
+		// moves its prefix later is checked as any other.
+		return r.restore(ctx, p, prefix, kept)
+	}
+	retained := kept != nil && kept.Prefix == prefix && kept.Overlaps(apiserver.KeyspaceOf(&p.c.Spec.Etcd))
 	adopt := p.cfg.Annotations[v1alpha1.AdoptDataAnnotation] == prefix
 	var read *apiserver.Decrypter
 	if p.enc != nil {
@@ -54,11 +59,14 @@ func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) erro
 			return fmt.Errorf("checking that the tenant reads the data under %s: %w", prefix, err)
 		}
 	}
-	keys := prefix + "/"
+	keys := apiserver.KeysUnder(prefix)
 	var total, unreadable int
 	for _, servers := range p.c.Etcd.Sets {
 		err := r.Etcd.Scan(ctx, servers, p.etcdTLS, keys, func(key, value []byte) {
 			total++
+			// Without the operator's keys (the user's own
+			// EncryptionConfiguration), what it cannot read is the user's
+			// to judge.
 			if read != nil && !read.Reads(key, value) {
 				unreadable++
 			}

@@ -79,7 +79,8 @@ func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1
 // deleted before a pass recorded it, has its Deployment still: its prefix
 // is recorded now, before the Deployment goes.
 func (r *ApiServerConfigReconciler) storedData(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (bool, error) {
-	if cfg.Status.DataPrefix != "" {
+	if cfg.Status.DataPrefix != "" || cfg.Status.RestoredFrom != "" {
+		// A restore cut short wrote under the spec's prefix.
 		return true, nil
 	}
 	d := &appsv1.Deployment{}

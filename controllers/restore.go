@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,8 +26,11 @@ import (
 )
 
 // restoreWait is how soon a tenant that waits for its backup to complete
-// looks again.
-const restoreWait = 10 * time.Second
+// looks again; restoreRecheck, one that only a person can unblock.
+const (
+	restoreWait    = 10 * time.Second
+	restoreRecheck = 5 * time.Minute
+)
 
 // restore starts the tenant from the backup spec.restore names, before
 // its first apiserver starts: the backup's Secrets become the tenant's
@@ -37,15 +41,27 @@ const restoreWait = 10 * time.Second
 // same backup was cut short there (status.restoredFrom, no dataPrefix):
 // what it wrote goes first. The pass ends after it: the next one reads the
 // restored Secrets.
-func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix string) error {
+func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix string, kept *apiserver.EtcdKeyspace) error {
 	name := p.cfg.Spec.Restore.BackupName
 	hold := func(atOnce bool, format string, args ...any) error {
 		msg := fmt.Sprintf(format, args...)
 		p.obs.failure = &envFailure{reason: v1alpha1.ReasonRestoreFailed, message: msg, atOnce: atOnce,
 			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonRestoreFailed, p.now)}
-		p.requeueWithin(restoreWait)
+		if atOnce {
+			p.requeueWithin(restoreRecheck)
+		} else {
+			p.requeueWithin(restoreWait)
+		}
 		p.done = true
 		return nil
+	}
+	if prefix == "/" {
+		return hold(true, "A restore writes under the tenant's own prefix, and / is every key of the etcd: choose a spec.etcd.prefix")
+	}
+	if kept != nil {
+		// Its Secrets are the keys of that data: a restore would replace
+		// them.
+		return hold(true, "ApiServerConfig %s kept data under %s (deletionPolicy Retain) with the Secrets that read it, which a restore would replace: delete that data and those Secrets, or restore into a tenant of another name", p.cfg.Name, kept.Prefix)
 	}
 	b := &v1alpha1.ApiServerBackup{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.cfg.Namespace, Name: name}, b); err != nil {
@@ -53,6 +69,9 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 			return hold(true, "spec.restore names ApiServerBackup %s, which does not exist in this namespace", name)
 		}
 		return err
+	}
+	if !b.DeletionTimestamp.IsZero() {
+		return hold(true, "spec.restore names ApiServerBackup %s, which is being deleted: choose another backup", name)
 	}
 	switch b.Status.Phase {
 	case v1alpha1.BackupCompleted:
@@ -62,7 +81,16 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 		return hold(false, "Waiting for ApiServerBackup %s to complete before restoring it", name)
 	}
 
-	keys := prefix + "/"
+	// The whole archive is read once before anything is written: one that
+	// is truncated, altered, gone, or that this tenant cannot take, is
+	// refused with nothing written.
+	if err := r.verifyArchive(ctx, p, b); err != nil {
+		if errors.Is(err, backup.ErrCorrupt) || errors.Is(err, archives.ErrGone) || errors.Is(err, errCannotTake) {
+			return hold(true, "ApiServerBackup %s cannot be restored: %v", name, err)
+		}
+		return err
+	}
+	keys := apiserver.KeysUnder(prefix)
 	counts := make([]int64, len(p.c.Etcd.Sets))
 	for i, set := range p.c.Etcd.Sets {
 		n, err := r.Etcd.Count(ctx, set, p.etcdTLS, keys)
@@ -93,11 +121,8 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 		p.before.Status.RestoredFrom = name
 	}
 	written, err := r.restoreArchive(ctx, p, b, prefix)
-	if errors.Is(err, backup.ErrCorrupt) || errors.Is(err, archives.ErrGone) {
-		return hold(true, "ApiServerBackup %s cannot be restored: %v", name, err)
-	}
 	if err != nil {
-		return err
+		return err // proven whole above: retried, from the start
 	}
 	p.cfg.Status.DataPrefix = prefix
 	r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonRestored, "Data",
@@ -105,6 +130,71 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 	p.requeueWithin(time.Millisecond)
 	p.done = true
 	return nil
+}
+
+// errCannotTake: the tenant cannot take the backup as its spec stands.
+var errCannotTake = errors.New("the tenant cannot take it")
+
+// verifyArchive reads the backup's archive to its end (its summary proves
+// it whole) and checks that the tenant can take it: the same etcd
+// placement (which resources an override stores apart), and, for
+// encrypted data, encryption the operator manages.
+func (r *ApiServerConfigReconciler) verifyArchive(ctx context.Context, p *pass, b *v1alpha1.ApiServerBackup) error {
+	in, err := openArchive(ctx, r.APIReader, r.BackupDir, b)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	a, err := backup.NewReader(in)
+	if err != nil {
+		return err
+	}
+	encrypted := false
+	for {
+		s, _, err := a.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if s != nil && p.cfg.Name+"-"+s.Role == apiserver.EncryptionSecretName(p.cfg.Name) {
+			encrypted = true
+		}
+	}
+	if encrypted && p.enc == nil {
+		return fmt.Errorf("%w: its data is encrypted with the operator's keys, and the tenant encrypts with its own EncryptionConfiguration (spec.encryption.configSecretName)", errCannotTake)
+	}
+	var theirs, ours []string
+	for _, s := range a.Manifest().Sets {
+		theirs = append(theirs, strings.Join(slices.Sorted(slices.Values(s.Resources)), ","))
+	}
+	for _, set := range p.c.Etcd.SetResources() {
+		var names []string
+		for _, gr := range set {
+			names = append(names, gr.String())
+		}
+		ours = append(ours, strings.Join(slices.Sorted(slices.Values(names)), ","))
+	}
+	slices.Sort(theirs)
+	slices.Sort(ours)
+	if !slices.Equal(theirs, ours) {
+		return fmt.Errorf("%w: the backup's etcds stored %s, and this tenant's store %s: give spec.etcd.overrides the resources the backed-up tenant had",
+			errCannotTake, placementOf(theirs), placementOf(ours))
+	}
+	return nil
+}
+
+// placementOf names the sets of resources of each etcd.
+func placementOf(sets []string) string {
+	var out []string
+	for _, s := range sets {
+		if s == "" {
+			s = "the other resources"
+		}
+		out = append(out, "["+s+"]")
+	}
+	return strings.Join(out, " ")
 }
 
 // restoreArchive writes the archive's Secrets and keys for the tenant,

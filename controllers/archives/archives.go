@@ -193,7 +193,7 @@ func (s *bucket) Open(ctx context.Context) (io.ReadCloser, error) {
 
 func (s *bucket) Remove(ctx context.Context) error {
 	err := s.client.RemoveObject(ctx, s.o.Bucket, s.o.Object, minio.RemoveObjectOptions{})
-	if err != nil && minio.ToErrorResponse(err).Code != "NoSuchKey" {
+	if code := minio.ToErrorResponse(err).Code; err != nil && code != "NoSuchKey" && code != "NoSuchBucket" {
 		return fmt.Errorf("removing the archive %s: %w", s.Location(), err)
 	}
 	return nil

@@ -168,14 +168,18 @@ type Retained struct {
 	Keyspace        apiserver.EtcdKeyspace
 }
 
-// RetainedOverlapping is the data that deleted tenants of other names
-// kept and whose keyspace overlaps cfg's: cfg may not store there. Sorted
-// by namespace and name.
+// RetainedOverlapping is the data that deleted tenants of other names, in
+// cfg's namespace, kept and whose keyspace overlaps cfg's: cfg may not
+// store there, nor delete it. Marks of other namespaces are not trusted:
+// whoever may create a Secret there could forge one and so hold every
+// tenant of a shared etcd; a tenant of another namespace on that data
+// never starts anyway (the operator's data check finds keys it did not
+// write). Sorted by name.
 func (t *Tenants) RetainedOverlapping(ctx context.Context, cfg *v1alpha1.ApiServerConfig) ([]Retained, error) {
 	found := map[string]Retained{}
 	for _, q := range apiserver.KeyspaceOf(&cfg.Spec.Etcd).OverlapQueries() {
 		list := retainedSecrets()
-		if err := t.cache.List(ctx, list, client.MatchingFields{keyspaceIndex: q}); err != nil {
+		if err := t.cache.List(ctx, list, client.InNamespace(cfg.Namespace), client.MatchingFields{keyspaceIndex: q}); err != nil {
 			return nil, fmt.Errorf("looking up the data deleted tenants kept on the same etcd: %w", err)
 		}
 		for i := range list.Items {

@@ -3,9 +3,11 @@ package tenantio
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -54,6 +56,10 @@ func (e EtcdV3) Snapshot(ctx context.Context, endpoints []string, tlsConfig *tls
 		return nil
 	})
 }
+
+// IsCompacted reports whether err says that etcd compacted the revision a
+// read was pinned to: a Snapshot that outlasted the compaction interval.
+func IsCompacted(err error) bool { return errors.Is(err, rpctypes.ErrCompacted) }
 
 // Limits of one write transaction: etcd's defaults (--max-txn-ops 128,
 // --max-request-bytes 1.5 MiB), with room to spare.
