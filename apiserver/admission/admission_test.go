@@ -181,6 +181,30 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 	}
 }
 
+// TestAdmission_TheValidatorsDirectoryNamesNoField: the validator stands in
+// for the pod's file system with a directory of random name, and a
+// message quoting a path carries that name. Whatever the name holds (a
+// flag with its dashes, a flag's name, a value the spec sets), the error
+// is placed at the field that set the path, and only there.
+func TestAdmission_TheValidatorsDirectoryNamesNoField(t *testing.T) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "bin")
+	}
+	for _, name := range []string{"--secure-port=6443", "secure-port 6443", "6443", "profiling"} {
+		t.Run(name, func(t *testing.T) {
+			pool := validatorpool.NewPool(dir, validatorpool.WorkDir(filepath.Join(t.TempDir(), name)))
+			t.Cleanup(pool.Close)
+			a := Admission{Validator: pool}
+			errs, _ := a.Admit(context.Background(), nil, tenant(extraArgs("show-hidden-metrics-for-version=/etc/kubernetes/nothing")))
+			expectRefusal(t, errs, "spec.extraArgs[0].value", "/etc/kubernetes/nothing")
+			if len(errs) != 1 {
+				t.Fatalf("want the one field that set the path refused, got %v", errs.ToAggregate())
+			}
+		})
+	}
+}
+
 // TestAdmission_FailsClosed: without an answer from kube-apiserver's code,
 // nothing is admitted, and the refusal says why.
 func TestAdmission_FailsClosed(t *testing.T) {

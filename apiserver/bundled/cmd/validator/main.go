@@ -245,16 +245,16 @@ func judge(req request, root string) (problems []problem, warnings []string) {
 	}
 	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
 
+	set := given{values: map[string]string{}, root: root}
 	args, err := podArgs(fs, root, req)
 	if err != nil {
-		return []problem{attribute(err, nil)}, nil
+		return []problem{set.attribute(err)}, nil
 	}
-	set := map[string]string{} // flag name -> value, for the flags given
 	if err := fs.Parse(args); err != nil {
-		return []problem{attribute(err, set)}, nil
+		return []problem{set.attribute(err)}, nil
 	}
 	fs.Visit(func(f *pflag.Flag) {
-		set[f.Name] = f.Value.String()
+		set.values[f.Name] = strings.ReplaceAll(f.Value.String(), root, "")
 		if f.Deprecated != "" {
 			warnings = append(warnings, fmt.Sprintf("--%s is deprecated: %s", f.Name, f.Deprecated))
 		}
@@ -262,17 +262,17 @@ func judge(req request, root string) (problems []problem, warnings []string) {
 	if rest := fs.Args(); len(rest) > 0 {
 		return []problem{{Message: fmt.Sprintf("kube-apiserver takes no arguments, got %q", rest)}}, warnings
 	}
-	if v, ok := set["version"]; ok && v != "false" {
+	if v, ok := set.values["version"]; ok && v != "false" {
 		return []problem{{Flags: []string{"version"}, Message: "--version makes kube-apiserver print its version and exit instead of serving"}}, warnings
 	}
 
 	// PersistentPreRunE: emulation version and feature gates.
 	if err := s.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
-		return []problem{attributeTo(err, set, "emulated-version", "feature-gates")}, warnings
+		return []problem{set.attributeTo(err, "emulated-version", "feature-gates")}, warnings
 	}
 	// RunE, in its order.
 	if err := logsapi.ValidateAndApply(s.Logs, featureGate); err != nil {
-		return []problem{attribute(err, set)}, warnings
+		return []problem{set.attribute(err)}, warnings
 	}
 	// Nothing listens: the serving options get a listener that never
 	// accepts, at the address and port the flags give.
@@ -284,11 +284,11 @@ func judge(req request, root string) (problems []problem, warnings []string) {
 	defer cancel()
 	completed, err := s.Complete(ctx)
 	if err != nil {
-		return []problem{attribute(err, set)}, warnings
+		return []problem{set.attribute(err)}, warnings
 	}
 	if errs := completed.Validate(); len(errs) != 0 {
 		for _, e := range flatten(errs) {
-			problems = append(problems, attribute(e, set))
+			problems = append(problems, set.attribute(e))
 		}
 		return problems, warnings
 	}
@@ -300,17 +300,17 @@ func judge(req request, root string) (problems []problem, warnings []string) {
 		_, err := encryptionconfig.LoadEncryptionConfig(encCtx, path, completed.Etcd.EncryptionProviderConfigAutomaticReload, "validator")
 		encCancel()
 		if err != nil {
-			return []problem{attributeTo(err, set, "encryption-provider-config")}, warnings
+			return []problem{set.attributeTo(err, "encryption-provider-config")}, warnings
 		}
 	}
 
 	// The authentication configuration (file or flags) and the API
 	// groups of --runtime-config, on their own for the same reason.
 	if _, err := completed.Authentication.ToAuthenticationConfig(); err != nil {
-		return []problem{attributeTo(err, set, "authentication-config", "oidc-issuer-url")}, warnings
+		return []problem{set.attributeTo(err, "authentication-config", "oidc-issuer-url")}, warnings
 	}
 	if _, err := resourceconfig.MergeAPIResourceConfigs(controlplane.DefaultAPIResourceConfigSource(), completed.APIEnablement.RuntimeConfig, legacyscheme.Scheme); err != nil {
-		return []problem{attributeTo(err, set, "runtime-config")}, warnings
+		return []problem{set.attributeTo(err, "runtime-config")}, warnings
 	}
 
 	// Building the configuration creates one storage (the peer endpoint
@@ -324,7 +324,7 @@ func judge(req request, root string) (problems []problem, warnings []string) {
 	// socket, which does not exist here.
 	if es := completed.EgressSelector; es != nil && es.ConfigFile != "" {
 		if err := es.ApplyTo(&genericapiserver.Config{}); err != nil {
-			return []problem{attributeTo(err, set, "egress-selector-config-file")}, warnings
+			return []problem{set.attributeTo(err, "egress-selector-config-file")}, warnings
 		}
 		es.ConfigFile = ""
 	}
@@ -337,10 +337,10 @@ func judge(req request, root string) (problems []problem, warnings []string) {
 	// extensions and aggregator configurations.
 	config, err := app.NewConfig(completed)
 	if err != nil {
-		return []problem{attributeStage(err, set)}, warnings
+		return []problem{set.attributeStage(err)}, warnings
 	}
 	if _, err := config.Complete(); err != nil {
-		return []problem{attributeStage(err, set)}, warnings
+		return []problem{set.attributeStage(err)}, warnings
 	}
 	return nil, warnings
 }
@@ -414,19 +414,28 @@ func flatten(errs []error) []error {
 
 var flagRef = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`)
 
+// given are the flags of a request, each with its value as the pod sees
+// it, and the directory that stands for the pod's file system.
+type given struct {
+	values map[string]string
+	root   string
+}
+
 // attribute finds the flags an error concerns: those it names with their
-// dashes, else the set flags whose names it mentions.
-func attribute(err error, set map[string]string) problem {
-	if set == nil {
-		set = map[string]string{}
-	}
+// dashes, else the set flags whose names it mentions, else those whose
+// values it quotes. It reads the message as the pod would print it:
+// nothing in the name of the stand-in directory may point at a flag.
+func (g given) attribute(err error) problem {
 	msg := err.Error()
+	if g.root != "" {
+		msg = strings.ReplaceAll(msg, g.root, "")
+	}
 	var flags []string
 	for _, m := range flagRef.FindAllStringSubmatch(msg, -1) {
 		flags = append(flags, m[1])
 	}
 	if len(flags) == 0 {
-		for name := range set {
+		for name := range g.values {
 			// "audit-log-format" or "audit log format"
 			if mentions(msg, name) || mentions(msg, strings.ReplaceAll(name, "-", " ")) {
 				flags = append(flags, name)
@@ -436,7 +445,7 @@ func attribute(err error, set map[string]string) problem {
 	if len(flags) == 0 {
 		// The message quotes a flag's value: "unknown api groups
 		// foo.example.com/v1", "service IP family "fd00::/108" ...".
-		for name, value := range set {
+		for name, value := range g.values {
 			for _, part := range strings.FieldsFunc(value, func(r rune) bool { return strings.ContainsRune(",[]= ", r) }) {
 				if len(part) >= 4 && strings.Contains(msg, part) && !slices.Contains(flags, name) {
 					flags = append(flags, name)
@@ -445,16 +454,16 @@ func attribute(err error, set map[string]string) problem {
 		}
 	}
 	sort.Strings(flags)
-	return problem{Flags: slices.Compact(flags), Message: msg}
+	return problem{Flags: slices.Compact(flags), Message: err.Error()}
 }
 
 // attributeTo is attribute, with flags known from the stage that failed
 // when the message names none.
-func attributeTo(err error, set map[string]string, stageFlags ...string) problem {
-	p := attribute(err, set)
+func (g given) attributeTo(err error, stageFlags ...string) problem {
+	p := g.attribute(err)
 	if len(p.Flags) == 0 {
 		for _, f := range stageFlags {
-			if _, ok := set[f]; ok {
+			if _, ok := g.values[f]; ok {
 				p.Flags = append(p.Flags, f)
 			}
 		}
@@ -477,13 +486,13 @@ var stages = []struct {
 
 // attributeStage is attribute, with flags known from the stage's prefix
 // when the message names none.
-func attributeStage(err error, set map[string]string) problem {
+func (g given) attributeStage(err error) problem {
 	for _, st := range stages {
 		if strings.Contains(err.Error(), st.prefix) {
-			return attributeTo(err, set, st.flags...)
+			return g.attributeTo(err, st.flags...)
 		}
 	}
-	return attribute(err, set)
+	return g.attribute(err)
 }
 
 // mentions reports whether msg names the flag as a word of its own.
