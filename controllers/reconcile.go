@@ -143,6 +143,15 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	cfg = r.fresher(cfg)
+	if paused(cfg) {
+		// Nothing is written, the deletion included; the etcd checks
+		// stop with the rest.
+		if r.etcdWatch != nil {
+			r.etcdWatch.forget(req.NamespacedName)
+		}
+		requeue, err := r.reportPaused(ctx, cfg)
+		return ctrl.Result{RequeueAfter: requeue}, err
+	}
 	if !cfg.DeletionTimestamp.IsZero() {
 		if r.etcdWatch != nil {
 			r.etcdWatch.forget(req.NamespacedName)
@@ -339,6 +348,10 @@ func (r *ApiServerConfigReconciler) writeStatus(ctx context.Context, before, cfg
 	}
 	if v := obs.versions; v.running != "" {
 		cfg.Status.Version, cfg.Status.Versions = v.running, v.counts
+	}
+	if meta.FindStatusCondition(cfg.Status.Conditions, v1alpha1.ConditionPaused) != nil {
+		meta.RemoveStatusCondition(&cfg.Status.Conditions, v1alpha1.ConditionPaused)
+		r.event(cfg, corev1.EventTypeNormal, v1alpha1.ReasonResumed, "Resume", "Resumed: what waited during the pause is done now")
 	}
 	// The conditions describe this generation, whatever they say: kstatus
 	// reads Stalled only of an observed generation.

@@ -39,6 +39,10 @@ const (
 	// are being encrypted, or when encryption is turned off; Unknown with
 	// the user's own EncryptionConfiguration.
 	ConditionEncrypted = "Encrypted"
+	// ConditionPaused is True while PausedAnnotation stops every write the
+	// operator makes for the tenant; its message lists what waits. Absent
+	// when the tenant is not paused.
+	ConditionPaused = "Paused"
 )
 
 // Annotations a user sets on an ApiServerConfig.
@@ -67,6 +71,11 @@ const (
 	// ConfirmDeletionAnnotation "true" confirms the deletion of a protected
 	// tenant, and of its data.
 	ConfirmDeletionAnnotation = "controlplane.apiserver-operator.dev/confirm-deletion"
+	// PausedAnnotation "true" pauses the tenant: the operator writes
+	// nothing for it (no object, no rotation, no etcd key, no deletion)
+	// and only says in status what waits. Removing it, or any other value,
+	// resumes: what waited is done then, as if it had just come due.
+	PausedAnnotation = "controlplane.apiserver-operator.dev/paused"
 )
 
 // Condition reasons. A reason is CamelCase and says why a condition has its
@@ -74,6 +83,10 @@ const (
 const (
 	// ReasonReconciled: the desired state is in place.
 	ReasonReconciled = "Reconciled"
+	// ReasonPaused: PausedAnnotation stops the operator's writes.
+	ReasonPaused = "Paused"
+	// ReasonResumed: a paused tenant is reconciled again (an event).
+	ReasonResumed = "Resumed"
 	// ReasonProgressing: the operator is applying a change.
 	ReasonProgressing = "Progressing"
 	// ReasonInvalidSpec: the spec passed admission but cannot work; it must

@@ -45,6 +45,7 @@ func (a Admission) Admit(ctx context.Context, old, cfg *v1alpha1.ApiServerConfig
 		// An upgrade's "removed in" replaces "unknown" on the same field.
 		errs = replaceByField(errs, apiserver.ValidateUpdate(old, cfg))
 	}
+	errs = append(errs, checkSwitches(old, cfg)...)
 	if a.Gates != nil {
 		errs = append(errs, a.Gates.Check(old, cfg)...)
 	}

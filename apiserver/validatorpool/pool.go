@@ -104,6 +104,9 @@ type Pool struct {
 	// waiting holds one started process per version, ready for a request.
 	waiting map[string]*process
 	closed  bool
+	// running counts the processes started and not yet gone with their
+	// files: Close waits for them.
+	running sync.WaitGroup
 	// flights are the judgements under way by equivalence class: a
 	// request of the same class waits for the one under way rather than
 	// starting its own.
@@ -277,32 +280,56 @@ func (p *Pool) binary(version string) string {
 // requests do not pay the start-up.
 func (p *Pool) Warm() {
 	for _, v := range p.Versions() {
-		env := p.env(v)
-		p.mu.Lock()
-		if p.waiting[v] == nil && !p.closed {
-			if proc, err := start(p.binary(v), env, p.workDir); err == nil {
-				p.waiting[v] = proc
-			}
-		}
-		p.mu.Unlock()
+		p.refill(v)
 	}
 }
 
-// Close stops the waiting processes.
+// Close stops the waiting processes, and returns once every process the
+// pool started is gone with its files.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.closed = true
-	for v, proc := range p.waiting {
+	waiting := p.waiting
+	p.waiting = map[string]*process{}
+	p.mu.Unlock()
+	for _, proc := range waiting {
 		proc.kill()
-		delete(p.waiting, v)
 	}
+	p.running.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.loopbackDir != "" {
 		_ = os.RemoveAll(p.loopbackDir)
 	}
 	if p.ownWorkDir {
 		_ = os.RemoveAll(p.workDir)
 	}
+}
+
+// errClosed: a closed pool starts no process.
+var errClosed = errors.New("the validator pool is closed")
+
+// start starts a validator of version, counted in running until it is gone
+// with its files.
+func (p *Pool) start(version string) (*process, error) {
+	env := p.env(version)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errClosed
+	}
+	p.running.Add(1)
+	p.mu.Unlock()
+	proc, err := start(p.binary(version), env, p.workDir)
+	if err != nil {
+		p.running.Done()
+		return nil, err
+	}
+	go func() {
+		<-proc.exited
+		p.running.Done()
+	}()
+	return proc, nil
 }
 
 // Validate judges req with kube-apiserver version's code: from memory when
@@ -383,7 +410,7 @@ func (p *Pool) judge(ctx context.Context, version string, req Request, key, clas
 	p.mu.Unlock()
 	if proc == nil {
 		var err error
-		if proc, err = start(p.binary(version), p.env(version), p.workDir); err != nil {
+		if proc, err = p.start(version); err != nil {
 			return nil, err
 		}
 	}
@@ -410,7 +437,7 @@ func (p *Pool) refill(version string) {
 	if there {
 		return
 	}
-	next, err := start(p.binary(version), p.env(version), p.workDir)
+	next, err := p.start(version)
 	if err != nil {
 		return
 	}

@@ -61,9 +61,18 @@ func TestApiServerConfigValidator_AProtectedTenantWithDataIsDeletedOnlyOnceConfi
 		!strings.Contains(err.Error(), v1alpha1.ConfirmDeletionAnnotation+"=true") {
 		t.Fatalf("want the deletion refused, naming the prefix and the confirmation, got %v", err)
 	}
-	annotate(t, cfg, v1alpha1.ConfirmDeletionAnnotation, "yes") // only "true" confirms
+	// Only "true" confirms, and a value that only looks like a yes is
+	// refused when it is written, not read as a no at the deletion.
+	patch := client.MergeFrom(cfg.DeepCopy())
+	cfg.Annotations[v1alpha1.ConfirmDeletionAnnotation] = "yes"
+	if err := env.Client.Patch(ctx, cfg, patch); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), `supported values: "true", "false"`) {
+		t.Fatalf("want confirm-deletion=yes refused, got %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cfg), cfg); err != nil {
+		t.Fatal(err)
+	}
 	if err := env.Client.Delete(ctx, cfg); !apierrors.IsForbidden(err) {
-		t.Fatalf("a confirmation that is not \"true\" let it go: %v", err)
+		t.Fatalf("the tenant went without a confirmation: %v", err)
 	}
 	annotate(t, cfg, v1alpha1.ConfirmDeletionAnnotation, "true")
 	if err := env.Client.Delete(ctx, cfg); err != nil {
