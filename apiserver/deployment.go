@@ -133,14 +133,37 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 
 	// The etcd dialer, a native sidecar: it starts before kube-apiserver
 	// and stops after it, so that kube-apiserver reaches etcd from its
-	// first request to the end of its graceful shutdown.
+	// first request to the end of its graceful shutdown. Its startup probe
+	// passes once every etcd the tenant stores in accepts connections:
+	// kubelet starts kube-apiserver only then, so that a pod created
+	// during an etcd outage (a scale-up, a drain, a rollout) waits for etcd
+	// instead of exiting after its storage's 20 s and crash-looping.
+	dialerArgs := []string{"--socket=" + EtcdDialerSocket, "--allow=" + strings.Join(c.Etcd.Addresses, ",")}
+	for _, set := range c.Etcd.Sets {
+		var addrs []string
+		for _, s := range set {
+			if u, err := url.Parse(s); err == nil && u.Host != "" {
+				addrs = append(addrs, u.Host)
+			}
+		}
+		dialerArgs = append(dialerArgs, "--wait-for="+strings.Join(addrs, ","))
+	}
 	dialer := corev1.Container{
 		Name:            "etcd-dialer",
 		Image:           cmp.Or(in.EtcdDialerImage, DefaultEtcdDialerImage),
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{EtcdDialerCommand},
-		Args:            []string{"--socket=" + EtcdDialerSocket, "--allow=" + strings.Join(c.Etcd.Addresses, ",")},
+		Args:            dialerArgs,
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
+		StartupProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{EtcdDialerCommand, "--probe", "--socket=" + EtcdDialerSocket}}},
+			// An answer within a second of etcd's return; the dialer
+			// tries each etcd's servers for a second each.
+			PeriodSeconds: 1, TimeoutSeconds: 10,
+			// Waits out an outage of a day rather than restart the
+			// sidecar, which would change nothing.
+			FailureThreshold: 86400,
+		},
 		// It relays etcd's bytes (spliced by the kernel) and holds idle
 		// connections during an outage: little of either. No memory
 		// limit: its pipes and socket buffers grow with kube-apiserver's

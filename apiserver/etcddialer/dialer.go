@@ -61,6 +61,7 @@ const (
 // with bytes buffered after the response header.
 const (
 	answerEstablished = "HTTP/1.1 200 Connection established\r\n\r\n"
+	answerOK          = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 	answerBadRequest  = "HTTP/1.1 400 Bad Request\r\n\r\n"
 	answerForbidden   = "HTTP/1.1 403 Forbidden\r\n\r\n"
 	answerNotAllowed  = "HTTP/1.1 405 Method Not Allowed\r\n\r\n"
@@ -80,6 +81,14 @@ type Server struct {
 	DialTimeout time.Duration
 	// Dial connects to etcd; nil means (&net.Dialer{}).DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// WaitFor are the sets of etcd servers kube-apiserver's start-up
+	// needs, each set one etcd (the main servers, each override's):
+	// "GET /readyz" on the socket answers 200 only when a server of every
+	// set accepts a connection, so that a startup probe of the sidecar can
+	// hold kube-apiserver's start until then (its storage gives up on an
+	// etcd it cannot reach within 20 s, and the container exits). Empty:
+	// every Allowed server is a set of its own.
+	WaitFor [][]string
 	// Log receives a line when an etcd server refuses and when it accepts
 	// again, and at V(1) one per request held, connected after holding or
 	// given up; the zero Logger discards.
@@ -182,6 +191,14 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	case err != nil:
 		answer(conn, answerBadRequest)
 		return
+	case req.Method == http.MethodGet && req.URL.Path == ReadyPath:
+		_ = conn.SetDeadline(time.Now().Add(requestTimeout))
+		if s.etcdReachable(ctx) {
+			answer(conn, answerOK)
+		} else {
+			answer(conn, answerUnavailable)
+		}
+		return
 	case req.Method != http.MethodConnect:
 		answer(conn, answerNotAllowed)
 		return
@@ -249,6 +266,38 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 			_ = up.Close()
 		}
 	}
+}
+
+// ReadyPath is the path of the readiness answer (see Server.WaitFor).
+const ReadyPath = "/readyz"
+
+// etcdReachable reports whether a server of every set in WaitFor accepts
+// a connection now; the sets are dialed at once, each server in turn.
+func (s *Server) etcdReachable(ctx context.Context) bool {
+	sets := s.WaitFor
+	if len(sets) == 0 {
+		for _, a := range s.Allowed {
+			sets = append(sets, []string{a})
+		}
+	}
+	reached := make(chan bool, len(sets))
+	for _, set := range sets {
+		go func() {
+			for _, target := range set {
+				if conn, err := s.dialOnce(ctx, target, s.dialTimeout()); err == nil {
+					_ = conn.Close()
+					reached <- true
+					return
+				}
+			}
+			reached <- false
+		}()
+	}
+	all := true
+	for range sets {
+		all = <-reached && all
+	}
+	return all
 }
 
 // dialHeld dials target until it accepts, Hold has passed or ctx is done.

@@ -5,13 +5,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,22 +41,44 @@ func main() {
 	allow := flag.String("allow", "", "Comma-separated host:port of the etcd servers that may be dialed (required).")
 	hold := flag.Duration("hold", etcddialer.DefaultHold, "How long a CONNECT waits for etcd before it is answered 503; below 20s.")
 	retryInterval := flag.Duration("retry-interval", etcddialer.DefaultRetryInterval, "Pause between failed dials to etcd.")
+	var waitFor [][]string
+	flag.Func("wait-for", "Comma-separated host:port of the servers of one etcd kube-apiserver needs at start (the main one, each override's); once per etcd. "+
+		"GET "+etcddialer.ReadyPath+" on the socket answers 200 only when a server of each accepts. Default: every --allow server.", func(v string) error {
+		set, err := parseAllowed(v)
+		waitFor = append(waitFor, set)
+		return err
+	})
+	probe := flag.Bool("probe", false, "Ask the dialer serving on --socket whether every etcd of --wait-for accepts connections, exit 0 if so and 1 if not: the sidecar's startup probe.")
 	flag.Parse()
 
+	if *probe {
+		if err := askReady(*socket); err != nil {
+			_, _ = fmt.Fprintln(os.Stdout, err)
+			os.Exit(1)
+		}
+		return
+	}
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log, *socket, *allow, *hold, *retryInterval); err != nil {
+	if err := run(log, *socket, *allow, waitFor, *hold, *retryInterval); err != nil {
 		log.Error(err, "Stopped")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, socket, allow string, hold, retryInterval time.Duration) error {
+func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryInterval time.Duration) error {
 	if socket == "" {
 		return errors.New("--socket is required")
 	}
 	allowed, err := parseAllowed(allow)
 	if err != nil {
 		return err
+	}
+	for _, set := range waitFor {
+		for _, a := range set {
+			if !slices.Contains(allowed, a) {
+				return fmt.Errorf("--wait-for=%s: %s is not in --allow, the only servers the dialer connects to", strings.Join(set, ","), a)
+			}
+		}
 	}
 	if hold <= 0 || hold >= maxHold {
 		return fmt.Errorf("--hold=%s: must be above 0 and below %s, gRPC's minimum connect timeout", hold, maxHold)
@@ -68,6 +95,7 @@ func run(log logr.Logger, socket, allow string, hold, retryInterval time.Duratio
 		Allowed:       allowed,
 		Hold:          hold,
 		RetryInterval: retryInterval,
+		WaitFor:       waitFor,
 		Log:           log,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,7 +106,7 @@ func run(log logr.Logger, socket, allow string, hold, retryInterval time.Duratio
 		stopWhenIdle(log, s, signals)
 		cancel()
 	}()
-	log.Info("Serving", "socket", socket, "allowed", allowed, "hold", hold, "retryInterval", retryInterval)
+	log.Info("Serving", "socket", socket, "allowed", allowed, "waitFor", waitFor, "hold", hold, "retryInterval", retryInterval)
 	return s.Serve(ctx, l)
 }
 
@@ -126,4 +154,34 @@ func parseAllowed(allow string) ([]string, error) {
 		return nil, errors.New("--allow is required")
 	}
 	return allowed, nil
+}
+
+// probeTimeout bounds the probe's question: the dialer dials the servers
+// of each etcd in turn, a second each at most.
+const probeTimeout = 10 * time.Second
+
+// askReady asks the dialer on socket whether etcd is reachable; nil when
+// it is.
+func askReady(socket string) error {
+	if socket == "" {
+		return errors.New("--socket is required")
+	}
+	conn, err := net.DialTimeout("unix", socket, probeTimeout)
+	if err != nil {
+		return fmt.Errorf("the etcd dialer does not answer on %s: %w", socket, err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(probeTimeout))
+	if _, err := io.WriteString(conn, "GET "+etcddialer.ReadyPath+" HTTP/1.1\r\nHost: etcd-dialer\r\n\r\n"); err != nil {
+		return fmt.Errorf("asking the etcd dialer on %s: %w", socket, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return fmt.Errorf("reading the etcd dialer's answer on %s: %w", socket, err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd does not accept connections yet (%s): kube-apiserver starts once it does", resp.Status)
+	}
+	return nil
 }

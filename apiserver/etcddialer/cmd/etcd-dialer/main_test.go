@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
+	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
 
 func TestRun_RefusesBadFlags(t *testing.T) {
@@ -27,13 +29,72 @@ func TestRun_RefusesBadFlags(t *testing.T) {
 		{"hold past gRPC's connect timeout", socket, "etcd:2379", 20 * time.Second, time.Second, "below 20s"},
 		{"no retry interval", socket, "etcd:2379", time.Second, 0, "--retry-interval=0s"},
 	} {
-		err := run(logr.Discard(), tt.socket, tt.allow, tt.hold, tt.retry)
+		err := run(logr.Discard(), tt.socket, tt.allow, nil, tt.hold, tt.retry)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: run gave %v, want an error with %q", tt.name, err, tt.want)
 		}
 	}
+	if err := run(logr.Discard(), socket, "etcd:2379", [][]string{{"etcd:2379"}, {"other:2379"}}, time.Second, time.Second); err == nil ||
+		!strings.Contains(err.Error(), "--wait-for=other:2379: other:2379 is not in --allow") {
+		t.Errorf("a server to wait for that may not be dialed: run gave %v", err)
+	}
 	if got, err := parseAllowed("etcd-0:2379, etcd-1:2379,,"); err != nil || strings.Join(got, ";") != "etcd-0:2379;etcd-1:2379" {
 		t.Errorf("parseAllowed: %v, %v", got, err)
+	}
+}
+
+// TestProbe_AnswersOnceEveryEtcdAccepts: the startup probe passes only
+// when a server of every etcd kube-apiserver needs at start accepts a
+// connection (one of several servers is enough), and says why not.
+func TestProbe_AnswersOnceEveryEtcdAccepts(t *testing.T) {
+	listening := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l.Addr().String()
+	}
+	main, down := listening(), net.JoinHostPort("127.0.0.1", strconv.Itoa(testport.Get(t)))
+	events := listening()
+	socket := filepath.Join(t.TempDir(), "s.sock")
+	if err := askReady(socket); err == nil || !strings.Contains(err.Error(), "does not answer") {
+		t.Errorf("no dialer on the socket: the probe gave %v", err)
+	}
+	for _, tc := range []struct {
+		name    string
+		waitFor [][]string
+		ready   bool
+	}{
+		{"every etcd accepts", [][]string{{main}, {events}}, true},
+		{"one server of each etcd accepts", [][]string{{down, main}, {events, down}}, true},
+		{"an override's etcd is down", [][]string{{main}, {down}}, false},
+		{"no set given: each allowed server, one of them down", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := etcddialer.Listen(socket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() {
+				served <- (&etcddialer.Server{Allowed: []string{main, down, events}, WaitFor: tc.waitFor}).Serve(ctx, l)
+			}()
+			defer func() {
+				cancel()
+				if err := <-served; err != nil {
+					t.Error(err)
+				}
+			}()
+			err = askReady(socket)
+			switch {
+			case tc.ready && err != nil:
+				t.Errorf("the probe failed: %v", err)
+			case !tc.ready && (err == nil || !strings.Contains(err.Error(), "etcd does not accept connections yet (503 Service Unavailable)")):
+				t.Errorf("the probe gave %v, want etcd not accepting yet", err)
+			}
+		})
 	}
 }
 
