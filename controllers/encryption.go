@@ -113,6 +113,10 @@ func (r *ApiServerConfigReconciler) encryptionRotator() rotator {
 			}
 			return in
 		},
+		bySpec: func(p *pass) bool {
+			provider, resources := apiserver.EncryptionTarget(p.c.Spec.Encryption)
+			return !p.enc.keys.Current.Matches(provider, resources)
+		},
 		act: func(p *pass, a rotation.Action) error {
 			m := &p.enc.keys
 			switch a {

@@ -68,7 +68,17 @@ func certOf(kp *pki.KeyPair) *x509.Certificate {
 // what is missing or due; the Secrets are applied after the rotations had
 // their say.
 func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, p *pass) error {
-	res, err := r.issuePKI(ctx, p.cfg, p.c, p.refs, p.now)
+	// The leaves kube-apiserver reads only at start roll the pods when
+	// renewed for their age: that renewal waits for a maintenance window
+	// while the certificate has a week left past the window.
+	holdRenewal := func(name string, cert *x509.Certificate) bool {
+		if !p.maint.at.Next.IsZero() && !p.maint.at.Next.Add(expiryMargin).Before(cert.NotAfter) {
+			return false
+		}
+		return p.waitForWindow(fmt.Sprintf("the renewal of the %s certificate (due since %s, expires %s)", name,
+			pki.RenewAt(cert, p.c.Spec.Certificates.RenewalPercent).UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	res, err := r.issuePKI(ctx, p.cfg, p.c, p.refs, p.now, holdRenewal)
 	if err != nil {
 		return err
 	}
@@ -83,7 +93,10 @@ func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, p *pass) e
 
 // reconcilePKI keeps what exists and is still good, and issues the rest. A
 // CA that exists is never regenerated: a lost CA breaks every client.
-func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, refs client.Reader, now time.Time) (*pkiResult, error) {
+// A renewal for age alone of a leaf that kube-apiserver reads only at start
+// is skipped when holdRenewal says so.
+func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, refs client.Reader, now time.Time,
+	holdRenewal func(name string, cert *x509.Certificate) bool) (*pkiResult, error) {
 	certs := c.Spec.Certificates
 	alg := certs.KeyAlgorithm
 	validity, caValidity := certs.Validity.Duration, certs.CAValidity.Duration
@@ -106,13 +119,18 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	ca, caBundle := res.secrets.CA, res.secrets.CABundle
 
 	own := ownSecrets{r, cfg}
-	leaf := func(name, secretName string, signer *pki.KeyPair, cfg pki.CertConfig) (*pki.KeyPair, error) {
+	leaf := func(name, secretName string, signer *pki.KeyPair, cfg pki.CertConfig, readAtStart bool) (*pki.KeyPair, error) {
 		_, existing, err := readKeyPair(ctx, own, c.Namespace, secretName)
 		if err != nil {
 			return nil, err
 		}
 		if existing != nil {
 			renew, reason := pki.NeedsRenewal(existing.Cert(), now, certs.RenewalPercent, cfg.Requirements(signer.Cert(), alg))
+			if renew && reason == pki.ReasonExpiring && readAtStart && holdRenewal(name, existing.Cert()) {
+				// The window brings the pass that renews it.
+				res.trackSigner(name, existing.Cert(), certs.RenewalPercent)
+				return existing, nil
+			}
 			if !renew {
 				res.track(name, existing.Cert(), certs.RenewalPercent)
 				return existing, nil
@@ -130,13 +148,15 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	}
 
 	s := &res.secrets
-	if s.Serving, err = leaf("serving", apiserver.ServingSecretName(cfg.Name), ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs)); err != nil {
+	// kube-apiserver re-reads its serving certificate, not its client
+	// certificates.
+	if s.Serving, err = leaf("serving", apiserver.ServingSecretName(cfg.Name), ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), false); err != nil {
 		return nil, err
 	}
-	if s.KubeletClient, err = leaf("kubelet-client", apiserver.KubeletClientSecretName(cfg.Name), ca, pki.KubeletClientCertConfig()); err != nil {
+	if s.KubeletClient, err = leaf("kubelet-client", apiserver.KubeletClientSecretName(cfg.Name), ca, pki.KubeletClientCertConfig(), true); err != nil {
 		return nil, err
 	}
-	if s.FrontProxyClient, err = leaf("front-proxy-client", apiserver.FrontProxyClientSecretName(cfg.Name), s.FrontProxyCA, pki.FrontProxyClientCertConfig()); err != nil {
+	if s.FrontProxyClient, err = leaf("front-proxy-client", apiserver.FrontProxyClientSecretName(cfg.Name), s.FrontProxyCA, pki.FrontProxyClientCertConfig(), true); err != nil {
 		return nil, err
 	}
 

@@ -65,6 +65,8 @@ type pass struct {
 	// held: the Preflight step holds an upgrade, so the Deployment keeps
 	// its template and nothing that waits for a rollout moves.
 	held bool
+	// maint is where the pass stands in spec.maintenance's windows.
+	maint maintenanceGate
 	// marked: status says that the pass's generation is reconciled (or
 	// describes it already): see waitOnTenant.
 	marked bool
@@ -251,6 +253,10 @@ func (r *ApiServerConfigReconciler) validateSpec(_ context.Context, p *pass) err
 		p.obs.invalid = errs.ToAggregate()
 		r.event(p.cfg, corev1.EventTypeWarning, v1alpha1.ReasonInvalidSpec, "Validate", "%s", p.obs.invalid.Error())
 		return reconcile.TerminalError(p.obs.invalid)
+	}
+	if err := p.placeInMaintenance(); err != nil {
+		p.obs.invalid = err
+		return reconcile.TerminalError(err)
 	}
 	return nil
 }

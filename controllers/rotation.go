@@ -36,6 +36,23 @@ type rotator struct {
 	inputs func(p *pass, s rotation.State) rotation.Inputs
 	// act performs an action on the material.
 	act func(p *pass, a rotation.Action) error
+	// bySpec, when set, says that a rotation that is due was asked for by
+	// the spec (a new encryption layout), not by the signer's age.
+	bySpec func(p *pass) bool
+}
+
+// dueByAge reports whether a rotation would start now only because its
+// signer is due by age (not asked for by an annotation or the spec), and
+// its signer does not expire before the next window and a margin: the
+// start that spec.maintenance's windows govern.
+func (rot rotator) dueByAge(p *pass, s rotation.State, in rotation.Inputs) bool {
+	if s.Phase != rotation.Stable || in.DueAt.IsZero() || p.now.Before(in.DueAt) || (in.Request != "" && in.Request != s.Request) {
+		return false
+	}
+	if rot.bySpec != nil && rot.bySpec(p) {
+		return false
+	}
+	return in.SignerNotAfter.IsZero() || p.maint.at.Next.IsZero() || p.maint.at.Next.Add(expiryMargin).Before(in.SignerNotAfter)
 }
 
 func (r *ApiServerConfigReconciler) rotators() []rotator {
@@ -181,6 +198,9 @@ func (r *ApiServerConfigReconciler) reconcileRotations(_ context.Context, p *pas
 		}
 		in := rot.inputs(p, *state)
 		in.Now, in.RolledOut = p.now, p.rolledOut
+		if rot.dueByAge(p, *state, in) && p.waitForWindow(fmt.Sprintf("the %s rotation, due since %s", rot.kind.Name, in.DueAt.UTC().Format(time.RFC3339))) {
+			in.DueAt = time.Time{}
+		}
 		next, actions := rot.kind.Next(*state, in)
 		for _, a := range actions {
 			if err := rot.act(p, a); err != nil {

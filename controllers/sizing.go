@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +27,11 @@ func (r *ApiServerConfigReconciler) reconcileSizing(ctx context.Context, p *pass
 	var resized bool
 	var next time.Duration
 	err := r.waitOnTenant(ctx, p, func() (err error) {
-		resized, next, err = r.observeClusterSize(ctx, p.cfg, p.c, p.etcdTLS, p.now)
+		resized, next, err = r.observeClusterSize(ctx, p.cfg, p.c, p.etcdTLS, p.now, func(nodes, pods int64) bool {
+			// A running tenant's resize rolls its pods; a new one's first
+			// sizing does not wait.
+			return p.current.ResourceVersion != "" && p.waitForWindow(fmt.Sprintf("a cache resize for %d nodes and %d pods", nodes, pods))
+		})
 		return err
 	})
 	if err != nil {
@@ -56,8 +61,9 @@ func sizingStatus(prev *v1alpha1.CacheSizingStatus, s apiserver.Sizing) *v1alpha
 // observeClusterSize counts the tenant's nodes and pods in etcd, at most
 // every r.AutoSizingInterval, and moves the counts the sizing is computed
 // from when apiserver.DecideResize says so. It returns whether they moved
-// and when to count again.
-func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, tlsConfig *tls.Config, now time.Time) (bool, time.Duration, error) {
+// and when to count again. A resize (not the first sizing) waits when
+// wait says so.
+func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, tlsConfig *tls.Config, now time.Time, wait func(nodes, pods int64) bool) (bool, time.Duration, error) {
 	cs := c.Spec.CacheSizing
 	interval := cs.ObservationInterval.Duration
 	policy := apiserver.ResizePolicy{Threshold: float64(*cs.ResizeThresholdPercent) / 100, MinInterval: cs.MinResizeInterval.Duration}
@@ -97,6 +103,9 @@ func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg 
 		last = &st.LastResizeTime.Time
 	}
 	if !apiserver.DecideResize(st.SizedForNodes, st.SizedForPods, last, nodes[0], pods[0], now, policy) {
+		return false, interval, nil
+	}
+	if st.SizedForNodes != nil && wait(nodes[0], pods[0]) {
 		return false, interval, nil
 	}
 	st.SizedForNodes, st.SizedForPods = &nodes[0], &pods[0]

@@ -104,6 +104,12 @@ func (p *pass) referencedData() apiserver.ObjectData {
 // applied by its own step.
 func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) error {
 	d := p.desired
+	// A template that only the operator changed keeps until a window; the
+	// ConfigMap records what the running template was rendered from.
+	waits, err := r.operatorTemplateWaits(ctx, p)
+	if err != nil {
+		return err
+	}
 	if err := r.apply(ctx, p.cfg, d.ConfigMap); err != nil {
 		return err
 	}
@@ -116,10 +122,12 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 		p.done = true // the Deployment keeps its template
 		return nil
 	}
-	if err := r.apply(ctx, p.cfg, d.Deployment); err != nil {
-		return err
+	if !waits {
+		if err := r.apply(ctx, p.cfg, d.Deployment); err != nil {
+			return err
+		}
+		p.current, p.obs.deployment = d.Deployment, d.Deployment
 	}
-	p.current, p.obs.deployment = d.Deployment, d.Deployment
 	if d.PodDisruptionBudget != nil {
 		if err := r.apply(ctx, p.cfg, d.PodDisruptionBudget); err != nil {
 			return err
@@ -201,6 +209,7 @@ func (r *ApiServerConfigReconciler) reportApplied(_ context.Context, p *pass) er
 	st.Endpoint = p.c.Endpoint
 	st.AdminKubeconfigSecretName = apiserver.AdminKubeconfigSecretName(p.cfg.Name)
 	st.CacheSizing = sizingStatus(st.CacheSizing, p.c.Sizing)
+	st.Maintenance = p.maintenanceStatus()
 	p.requeueWithin(p.pki.nextRenewal.Sub(r.Clock.Now()))
 	return nil
 }

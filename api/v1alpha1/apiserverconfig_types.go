@@ -179,6 +179,17 @@ type ApiServerConfigSpec struct {
 	// +optional
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
 
+	// Maintenance says when the operator may do the disruptive work it
+	// starts by itself: the start of a rotation that comes due by age (CA,
+	// service-account key, encryption key), an automatic cache resize, and
+	// a new pod template that only an upgrade of the operator brings. Each
+	// rolls the apiserver pods. Outside the windows that work waits, and
+	// status.maintenance says what waits and when the next window opens;
+	// a change of the spec and a rotation requested with its annotation
+	// are done at once. Unset: any time.
+	// +optional
+	Maintenance *MaintenanceSpec `json:"maintenance,omitempty"`
+
 	// Restore starts the tenant from a backup (an ApiServerBackup of its
 	// namespace) instead of an empty prefix. It is read before the
 	// tenant's first apiserver starts, and may not change afterwards.
@@ -846,6 +857,44 @@ type GroupResource struct {
 // +kubebuilder:validation:Enum=ECDSAP256;RSA2048;RSA3072;RSA4096
 type KeyAlgorithm string
 
+// MaintenanceSpec are the weekly windows of operator-initiated disruptive
+// work.
+type MaintenanceSpec struct {
+	// TimeZone of the windows, an IANA name such as Europe/Berlin; the
+	// windows follow its daylight saving time. Defaults to UTC.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:default=UTC
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+	// Windows are when the work may start. Work started in a window
+	// finishes even past its end (a rotation's later phases wait for
+	// rollouts, not for a window).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=14
+	// +listType=atomic
+	Windows []MaintenanceWindow `json:"windows"`
+}
+
+// MaintenanceWindow opens at Start on each of Days, for Duration.
+type MaintenanceWindow struct {
+	// Days the window opens on; empty: every day.
+	// +kubebuilder:validation:MaxItems=7
+	// +listType=set
+	// +optional
+	Days []Weekday `json:"days,omitempty"`
+	// Start is the local time the window opens, HH:MM on a 24-hour clock.
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+	// Duration is how long the window stays open: at least 30 minutes, at
+	// most a day.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30m') && duration(self) <= duration('24h')",message="duration must be between 30m and 24h"
+	Duration metav1.Duration `json:"duration"`
+}
+
+// Weekday is a day of the week, in English.
+// +kubebuilder:validation:Enum=Monday;Tuesday;Wednesday;Thursday;Friday;Saturday;Sunday
+type Weekday string
+
 // DeletionPolicy says what deleting an ApiServerConfig does to the
 // tenant's data and to every key needed to read it.
 // +kubebuilder:validation:Enum=Delete;Retain
@@ -1040,6 +1089,11 @@ type ApiServerConfigStatus struct {
 	// +listMapKey=name
 	// +optional
 	Rotations []RotationStatus `json:"rotations,omitempty"`
+
+	// Maintenance says what disruptive work waits for a maintenance
+	// window (spec.maintenance), and when the next one opens.
+	// +optional
+	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
 }
 
 // VersionStatus is how many apiservers run one kube-apiserver version.
@@ -1050,6 +1104,22 @@ type VersionStatus struct {
 	Replicas int32 `json:"replicas"`
 	// ReadyReplicas counts those of them that are ready.
 	ReadyReplicas int32 `json:"readyReplicas"`
+}
+
+// MaintenanceStatus is the operator-initiated work that waits for a
+// maintenance window.
+type MaintenanceStatus struct {
+	// NextWindow is when the next window opens; while one is open, when it
+	// opened.
+	// +optional
+	NextWindow *metav1.Time `json:"nextWindow,omitempty"`
+	// Open is true while a window is open.
+	// +optional
+	Open bool `json:"open,omitempty"`
+	// Pending lists the work that waits for the next window.
+	// +listType=atomic
+	// +optional
+	Pending []string `json:"pending,omitempty"`
 }
 
 // RotationStatus is the phase of the rotation of one CA or key.
