@@ -19,13 +19,18 @@ type MaintenanceTime struct {
 	Open bool
 	// Opened is when the open window opened (zero when none is).
 	Opened time.Time
+	// Closes is when the open window closes (zero when none is open).
+	Closes time.Time
 	// Next is when the next window opens after now.
 	Next time.Time
 }
 
-// MaintenanceAt places now in m's weekly windows, in m's time zone (whose
-// daylight saving time they follow: a window that starts in the hour a
-// change of clocks skips starts an hour later).
+// MaintenanceAt places now in m's weekly windows, in m's time zone. The
+// windows follow its daylight saving time: a window opens and closes at
+// the same local times whatever the offset (02:00 for 4h closes at 06:00
+// local, three or five hours later on the nights the clocks change), and
+// one that would open in the hour the clocks skip opens when that hour
+// ends.
 func MaintenanceAt(m *v1alpha1.MaintenanceSpec, now time.Time) (MaintenanceTime, error) {
 	loc, err := time.LoadLocation(cmp.Or(m.TimeZone, "UTC"))
 	if err != nil {
@@ -46,11 +51,14 @@ func MaintenanceAt(m *v1alpha1.MaintenanceSpec, now time.Time) (MaintenanceTime,
 				return MaintenanceTime{}, err
 			}
 			start := time.Date(day.Year(), day.Month(), day.Day(), h, mi, 0, 0, loc)
-			end := start.Add(w.Duration.Duration)
+			end := time.Date(day.Year(), day.Month(), day.Day(), h, mi+int(w.Duration.Minutes()), 0, 0, loc)
 			switch {
 			case !start.After(now) && now.Before(end):
 				if !t.Open || start.Before(t.Opened) {
 					t.Open, t.Opened = true, start
+				}
+				if end.After(t.Closes) {
+					t.Closes = end
 				}
 			case start.After(now):
 				if t.Next.IsZero() || start.Before(t.Next) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 // maintenanceGate is where a pass stands in spec.maintenance's windows, and
@@ -44,30 +45,47 @@ func (p *pass) placeInMaintenance() error {
 		return err
 	}
 	p.maint = maintenanceGate{configured: true, at: at}
+	p.wakeForWindows()
 	return nil
 }
 
 // waitForWindow reports whether disruptive work the operator starts by
-// itself (what) waits: outside the maintenance windows, or while the
-// tenant is hibernated or its apiservers roll out. It records what waits,
-// for status, and brings a pass when the next window opens.
+// itself (what) waits: outside spec.maintenance's windows, or, in one,
+// while the tenant's apiservers roll out (waking up, scaling, another
+// change), so that one roll does not start over another. It records what
+// waits, for status. The window's opening brings a pass; the end of a
+// rollout does too (the Deployment's watch), so nothing polls. A
+// hibernated tenant has no pod to roll: nothing waits for it.
 func (p *pass) waitForWindow(what string) bool {
 	m := &p.maint
-	if !m.configured {
+	if !m.configured || p.obs.masterCount == 0 {
 		return false
 	}
-	busy := p.obs.masterCount == 0 || (p.current.ResourceVersion != "" && !rolloutDone(p.current))
-	if m.at.Open && !busy {
+	rolling := p.current.ResourceVersion != "" && !rolloutDone(p.current)
+	if m.at.Open && !rolling {
 		return false
 	}
 	if m.at.Open {
-		what += " (in the open window, once the apiservers are settled)"
-		p.requeueWithin(podsGoneRequeue)
-	} else {
-		p.requeueWithin(m.at.Next.Sub(p.now))
+		what += " (in the open window, once the apiservers' rollout is done)"
 	}
 	m.pending = append(m.pending, what)
 	return true
+}
+
+// wakeForWindows brings a pass when the next window opens and when the
+// open one closes, so that status.maintenance stays true and what waits
+// starts on time.
+func (p *pass) wakeForWindows() {
+	m := p.maint
+	if !m.configured {
+		return
+	}
+	if !m.at.Next.IsZero() {
+		p.requeueWithin(m.at.Next.Sub(p.now) + time.Second)
+	}
+	if m.at.Open {
+		p.requeueWithin(m.at.Closes.Sub(p.now) + time.Second)
+	}
 }
 
 // maintenanceStatus is status.maintenance as the pass found it.
@@ -108,13 +126,20 @@ func templateHash(d *appsv1.Deployment) (string, error) {
 }
 
 // deploymentInputs hashes what the tenant decides, not the operator: the
-// spec's generation, the sizing in force, and the content of the files
-// kube-apiserver reads only at start (its key material, the users' files,
-// the configuration files rendered from them: what the pod template's
-// config hash covers, without the command line). Files it re-reads (the
-// serving certificate, the CA bundles) are left out, and so is the rest of
-// the operator's rendering (flags, probes, images).
-func (p *pass) deploymentInputs() string {
+// spec (but for the fields no pod reads: its maintenance windows, its
+// deletion policy, its restore), the sizing in force, and the content of
+// the files kube-apiserver reads only at start (its key material, the
+// users' files, the configuration files rendered from them: what the pod
+// template's config hash covers, without the command line). Files it
+// re-reads (the serving certificate, the CA bundles) are left out, and so
+// is the rest of the operator's rendering (flags, probes, images).
+func (p *pass) deploymentInputs() (string, error) {
+	spec := p.cfg.Spec.DeepCopy()
+	spec.Maintenance, spec.DeletionPolicy, spec.Restore = nil, "", nil
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("hashing the spec: %w", err)
+	}
 	secrets := slices.Clone(p.desired.Secrets)
 	configMaps := []*corev1.ConfigMap{p.desired.ConfigMap}
 	for _, name := range slices.Sorted(maps.Keys(p.refs.secrets)) {
@@ -126,24 +151,63 @@ func (p *pass) deploymentInputs() string {
 	files := apiserver.ConfigHash(p.c, nil, apiserver.PodFiles(p.c, apiserver.ObjectsData(secrets, configMaps...)))
 	h := sha256.New()
 	// Writes to a hash.Hash never fail.
-	_, _ = fmt.Fprintf(h, "generation %d\nfiles %s\n", p.cfg.Generation, files)
+	_, _ = fmt.Fprintf(h, "spec %d\n", len(specJSON))
+	_, _ = h.Write(specJSON)
+	_, _ = fmt.Fprintf(h, "\nfiles %s\n", files)
 	if s := p.cfg.Status.CacheSizing; s != nil && s.SizedForNodes != nil && s.SizedForPods != nil {
 		_, _ = fmt.Fprintf(h, "sized %d %d\n", *s.SizedForNodes, *s.SizedForPods)
 	}
-	return hex.EncodeToString(h.Sum(nil))[:32]
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+// rotationsUnderWay reports whether a rotation is between phases or asked
+// for and not started: its next phase waits for the rollout of what the
+// pass renders, so an operator's template is not held then (it rolls
+// with the rotation's).
+func (p *pass) rotationsUnderWay() bool {
+	states := []struct {
+		s       rotation.State
+		request string
+	}{
+		{p.pki.secrets.ServiceAccountKeyRotation, p.cfg.Annotations[v1alpha1.RotateServiceAccountKeyAnnotation]},
+	}
+	if p.pki.rotatesCA {
+		states = append(states, struct {
+			s       rotation.State
+			request string
+		}{p.pki.secrets.CARotation, p.cfg.Annotations[v1alpha1.RotateCAAnnotation]})
+	}
+	if p.enc != nil {
+		states = append(states, struct {
+			s       rotation.State
+			request string
+		}{p.enc.state, p.cfg.Annotations[v1alpha1.RotateEncryptionKeyAnnotation]})
+	}
+	for _, st := range states {
+		if (st.s.Phase != "" && st.s.Phase != rotation.Stable) || (st.request != "" && st.request != st.s.Request) {
+			return true
+		}
+	}
+	return p.enc != nil && p.enc.hibernated
 }
 
 // operatorTemplateWaits reports whether the Deployment keeps its template
 // for now: the rendered one differs from the one that runs although the
 // tenant's inputs did not change (an operator upgrade or setting), and no
-// window is open. It notes on the desired ConfigMap what the template that
-// will run was rendered from.
+// window is open. It is never held while the running template has not
+// rolled out (the operator's new one may be the fix), while a rotation is
+// under way or asked for, or while an upgrade is held. It notes on the
+// desired ConfigMap what the template that will run was rendered from.
 func (r *ApiServerConfigReconciler) operatorTemplateWaits(ctx context.Context, p *pass) (bool, error) {
 	wantTemplate, err := templateHash(p.desired.Deployment)
 	if err != nil {
 		return false, err
 	}
-	record := map[string]string{templateHashAnnotation: wantTemplate, inputsAnnotation: p.deploymentInputs()}
+	inputs, err := p.deploymentInputs()
+	if err != nil {
+		return false, err
+	}
+	record := map[string]string{templateHashAnnotation: wantTemplate, inputsAnnotation: inputs}
 	defer func() {
 		cm := p.desired.ConfigMap
 		if cm.Annotations == nil {
@@ -151,7 +215,7 @@ func (r *ApiServerConfigReconciler) operatorTemplateWaits(ctx context.Context, p
 		}
 		maps.Copy(cm.Annotations, record)
 	}()
-	if p.current.ResourceVersion == "" || p.templateKept {
+	if p.current.ResourceVersion == "" {
 		return false, nil
 	}
 	live := &corev1.ConfigMap{}
@@ -159,7 +223,13 @@ func (r *ApiServerConfigReconciler) operatorTemplateWaits(ctx context.Context, p
 		return false, client.IgnoreNotFound(err)
 	}
 	ran := live.Annotations
-	if ran[templateHashAnnotation] == "" || ran[inputsAnnotation] != record[inputsAnnotation] || ran[templateHashAnnotation] == wantTemplate {
+	if p.held {
+		// The Deployment keeps the template that runs: so does the record.
+		record[templateHashAnnotation], record[inputsAnnotation] = ran[templateHashAnnotation], ran[inputsAnnotation]
+		return false, nil
+	}
+	if p.templateKept || ran[templateHashAnnotation] == "" || ran[inputsAnnotation] != inputs || ran[templateHashAnnotation] == wantTemplate ||
+		!rolloutDone(p.current) || p.rotationsUnderWay() {
 		return false, nil
 	}
 	if !p.waitForWindow("the pod template of the operator's current release and settings") {

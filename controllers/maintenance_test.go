@@ -61,7 +61,7 @@ func TestApiServerConfigReconciler_WorkTheOperatorStartsWaitsForAMaintenanceWind
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	r := &ApiServerConfigReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock, Etcd: reconciler.Etcd,
+	r := &ApiServerConfigReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock, Etcd: reconciler.Etcd, Tenants: reconciler.Tenants,
 		ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}}
 	// pass runs one pass a few seconds of the test clock after the last
@@ -89,11 +89,11 @@ func TestApiServerConfigReconciler_WorkTheOperatorStartsWaitsForAMaintenanceWind
 	for i := 0; ; i++ {
 		pass()
 		c, dep := current()
-		if inflight(dep) == "690" && rotationPhase(t, c, rotation.ServiceAccountKey.Name) == "Stable" && rolloutDone(dep) {
+		if inflight(dep) == "690" && rotationPhase(t, c, rotation.ServiceAccountKey.Name) == "Stable" && rotationPhase(t, c, rotation.EncryptionKey.Name) == "Stable" && rolloutDone(dep) {
 			break
 		}
-		if i == 10 {
-			t.Fatalf("the tenant did not settle in 10 passes: --max-requests-inflight %s, rotations %v", inflight(dep), c.Status.Rotations)
+		if i == 20 {
+			t.Fatalf("the tenant did not settle in 20 passes: --max-requests-inflight %s, rotations %v", inflight(dep), c.Status.Rotations)
 		}
 	}
 	pass()
@@ -155,11 +155,28 @@ func TestApiServerConfigReconciler_WorkTheOperatorStartsWaitsForAMaintenanceWind
 		}
 	}
 
-	// Outside it, a rotation asked for by its annotation starts at once.
+	// Outside it, a rotation asked for by its annotation starts at once,
+	// and takes along the operator's new template rather than wait behind
+	// it: one roll, not two.
 	clock.SetTime(window.Add(3 * time.Hour))
+	for i := 0; rotationPhase(t, get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta}), rotation.ServiceAccountKey.Name) != "Stable"; i++ {
+		if i == 10 {
+			t.Fatal("the service-account key's rotation did not end in 10 passes")
+		}
+		pass()
+	}
+	r.EtcdDialerImage = "registry.example.com/another-mirror/etcd-dialer:" + apiserver.EtcdDialerVersion
+	pass()
+	if _, dep := current(); dialerImage(dep) == r.EtcdDialerImage {
+		t.Fatal("the operator's new template was applied outside the window")
+	}
 	annotate(t, cfg, v1alpha1.RotateCAAnnotation, "now")
+	pass()
 	pass()
 	if got := storedPhase(t, cfg, rotation.CA.Name); got != "TrustNew" {
 		t.Errorf("a requested CA rotation outside the window is in phase %q, want TrustNew", got)
+	}
+	if _, dep := current(); dialerImage(dep) != r.EtcdDialerImage {
+		t.Errorf("the requested rotation's roll did not take the operator's template along: dialer %s", dialerImage(dep))
 	}
 }

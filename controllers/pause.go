@@ -94,8 +94,11 @@ func (r *ApiServerConfigReconciler) waitingWhilePaused(ctx context.Context, cfg 
 			waiting = append(waiting, fmt.Sprintf("the %s rotation, held in phase %s", rs.Name, rs.Phase))
 		}
 	}
+	// CAs are not renewed by a pass (the CA rotation above is how the
+	// cluster CA is replaced; a user's CA is the user's).
+	cas := []string{apiserver.CASecretName(cfg.Name), apiserver.FrontProxyCASecretName(cfg.Name), cfg.Spec.Certificates.CASecretName}
 	for _, c := range cfg.Status.Certificates {
-		if c.RenewAfter == nil {
+		if c.RenewAfter == nil || slices.Contains(cas, c.Name) {
 			continue
 		}
 		if at := c.RenewAfter.Time; !at.After(now) {
@@ -106,4 +109,20 @@ func (r *ApiServerConfigReconciler) waitingWhilePaused(ctx context.Context, cfg 
 		}
 	}
 	return slices.Clip(waiting), next
+}
+
+// clearPaused removes the Paused condition of a tenant resumed while it is
+// being deleted (the deletion writes no other status).
+func (r *ApiServerConfigReconciler) clearPaused(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
+	if meta.FindStatusCondition(cfg.Status.Conditions, v1alpha1.ConditionPaused) == nil {
+		return nil
+	}
+	before := cfg.DeepCopy()
+	meta.RemoveStatusCondition(&cfg.Status.Conditions, v1alpha1.ConditionPaused)
+	if err := r.Client.Status().Patch(ctx, cfg, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("saying in status that the tenant is no longer paused: %w", err))
+	}
+	r.remember(before.ResourceVersion, cfg)
+	r.event(cfg, corev1.EventTypeNormal, v1alpha1.ReasonResumed, "Resume", "Resumed: the deletion goes on")
+	return nil
 }

@@ -158,6 +158,9 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if r.etcdWatch != nil {
 			r.etcdWatch.forget(req.NamespacedName)
 		}
+		if err := r.clearPaused(ctx, cfg); err != nil {
+			return ctrl.Result{}, err
+		}
 		return r.reconcileDelete(ctx, cfg)
 	}
 	// A generation that status does not describe yet: an edited object's

@@ -78,39 +78,51 @@ func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg 
 		st = &v1alpha1.CacheSizingStatus{}
 		cfg.Status.CacheSizing = st
 	}
+	next := interval
+	var nodes, pods int64
 	if st.ObservationTime != nil && now.Sub(st.ObservationTime.Time) < interval {
-		return false, interval - now.Sub(st.ObservationTime.Time), nil
+		// Not counted again yet: the last counts decide, so that a resize
+		// that waited for a maintenance window is done when it opens, and
+		// says that it waits on every pass meanwhile.
+		next = interval - now.Sub(st.ObservationTime.Time)
+		if st.ObservedNodes == nil || st.ObservedPods == nil {
+			return false, next, nil
+		}
+		nodes, pods = *st.ObservedNodes, *st.ObservedPods
+	} else {
+		catalog, err := apiserver.StorageCatalog(c)
+		if err != nil {
+			return false, interval, err
+		}
+		at := func(resource string) string {
+			return apiserver.EtcdKeyPrefix(c, catalog.EtcdPrefixes[schema.GroupResource{Resource: resource}])
+		}
+		counted, err := r.Etcd.Count(ctx, c.Etcd.ServersOf(schema.GroupResource{Resource: "nodes"}), tlsConfig, at("nodes"))
+		if err != nil {
+			return false, interval, err
+		}
+		nodes = counted[0]
+		if counted, err = r.Etcd.Count(ctx, c.Etcd.ServersOf(schema.GroupResource{Resource: "pods"}), tlsConfig, at("pods")); err != nil {
+			return false, interval, err
+		}
+		pods = counted[0]
+		st.ObservedNodes, st.ObservedPods = &nodes, &pods
+		st.ObservationTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
 	}
-	catalog, err := apiserver.StorageCatalog(c)
-	if err != nil {
-		return false, interval, err
-	}
-	at := func(resource string) string {
-		return apiserver.EtcdKeyPrefix(c, catalog.EtcdPrefixes[schema.GroupResource{Resource: resource}])
-	}
-	nodes, err := r.Etcd.Count(ctx, c.Etcd.ServersOf(schema.GroupResource{Resource: "nodes"}), tlsConfig, at("nodes"))
-	if err != nil {
-		return false, interval, err
-	}
-	pods, err := r.Etcd.Count(ctx, c.Etcd.ServersOf(schema.GroupResource{Resource: "pods"}), tlsConfig, at("pods"))
-	if err != nil {
-		return false, interval, err
-	}
-	st.ObservedNodes, st.ObservedPods = &nodes[0], &pods[0]
-	st.ObservationTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
 	var last *time.Time
 	if st.LastResizeTime != nil {
 		last = &st.LastResizeTime.Time
 	}
-	if !apiserver.DecideResize(st.SizedForNodes, st.SizedForPods, last, nodes[0], pods[0], now, policy) {
-		return false, interval, nil
+	if !apiserver.DecideResize(st.SizedForNodes, st.SizedForPods, last, nodes, pods, now, policy) {
+		return false, next, nil
 	}
-	if st.SizedForNodes != nil && wait(nodes[0], pods[0]) {
-		return false, interval, nil
+	if st.SizedForNodes != nil && wait(nodes, pods) {
+		return false, next, nil
 	}
-	st.SizedForNodes, st.SizedForPods = &nodes[0], &pods[0]
+	sizedNodes, sizedPods := nodes, pods
+	st.SizedForNodes, st.SizedForPods = &sizedNodes, &sizedPods
 	st.LastResizeTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
 	sizingDecisions.WithLabelValues(cfg.Namespace, cfg.Name).Inc()
-	r.event(cfg, corev1.EventTypeNormal, "Resized", "Resize", "Sized for %d nodes and %d pods observed in etcd", nodes[0], pods[0])
-	return true, interval, nil
+	r.event(cfg, corev1.EventTypeNormal, "Resized", "Resize", "Sized for %d nodes and %d pods observed in etcd", nodes, pods)
+	return true, next, nil
 }

@@ -175,7 +175,7 @@ func TestApiServerConfig_KubectlShowsColumnsAndExplainsFields(t *testing.T) {
 		t.Fatalf("kubectl get asc: %v\n%s", err, out)
 	}
 	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
-	want := []string{"NAME", "READY", "REPLICAS", "VERSION", "ENDPOINT", "AGE"}
+	want := []string{"NAME", "READY", "REPLICAS", "VERSION", "ENDPOINT", "PAUSED", "AGE"}
 	if !slices.Equal(header, want) {
 		t.Fatalf("kubectl get asc columns are %v, want %v", header, want)
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -40,6 +41,13 @@ type Admission struct {
 // operator's policy, and then kube-apiserver's own verdict on the rendered
 // command line and files. Every error names the spec field it comes from.
 func (a Admission) Admit(ctx context.Context, old, cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
+	if old != nil && apiequality.Semantic.DeepEqual(old.Spec, cfg.Spec) {
+		// A change of metadata alone (a pause during an incident, the
+		// finalizer's removal, a rotation's annotation) is not judged
+		// again: what was admitted stays admitted, even where this
+		// operator's rules or validators changed since.
+		return checkSwitches(old, cfg), nil
+	}
 	errs, warnings := apiserver.Validate(cfg)
 	if old != nil {
 		// An upgrade's "removed in" replaces "unknown" on the same field.

@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -193,10 +194,11 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 		return
 	case req.Method == http.MethodGet && req.URL.Path == ReadyPath:
 		_ = conn.SetDeadline(time.Now().Add(requestTimeout))
-		if s.etcdReachable(ctx) {
+		if down := s.unreachable(ctx); len(down) == 0 {
 			answer(conn, answerOK)
 		} else {
-			answer(conn, answerUnavailable)
+			body := "no server accepts a connection: " + strings.Join(down, "; ")
+			answer(conn, fmt.Sprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
 		}
 		return
 	case req.Method != http.MethodConnect:
@@ -271,33 +273,37 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 // ReadyPath is the path of the readiness answer (see Server.WaitFor).
 const ReadyPath = "/readyz"
 
-// etcdReachable reports whether a server of every set in WaitFor accepts
-// a connection now; the sets are dialed at once, each server in turn.
-func (s *Server) etcdReachable(ctx context.Context) bool {
+// unreachable lists the sets of WaitFor of which no server accepts a
+// connection now (each as its servers joined by commas); the sets are
+// dialed at once, the servers of each in turn.
+func (s *Server) unreachable(ctx context.Context) []string {
 	sets := s.WaitFor
 	if len(sets) == 0 {
 		for _, a := range s.Allowed {
 			sets = append(sets, []string{a})
 		}
 	}
-	reached := make(chan bool, len(sets))
-	for _, set := range sets {
-		go func() {
+	reached := make([]bool, len(sets))
+	var wg sync.WaitGroup
+	for i, set := range sets {
+		wg.Go(func() {
 			for _, target := range set {
 				if conn, err := s.dialOnce(ctx, target, s.dialTimeout()); err == nil {
 					_ = conn.Close()
-					reached <- true
+					reached[i] = true
 					return
 				}
 			}
-			reached <- false
-		}()
+		})
 	}
-	all := true
-	for range sets {
-		all = <-reached && all
+	wg.Wait()
+	var down []string
+	for i, set := range sets {
+		if !reached[i] {
+			down = append(down, strings.Join(set, ","))
+		}
 	}
-	return all
+	return down
 }
 
 // dialHeld dials target until it accepts, Hold has passed or ctx is done.

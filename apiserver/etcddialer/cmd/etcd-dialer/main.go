@@ -45,8 +45,11 @@ func main() {
 	flag.Func("wait-for", "Comma-separated host:port of the servers of one etcd kube-apiserver needs at start (the main one, each override's); once per etcd. "+
 		"GET "+etcddialer.ReadyPath+" on the socket answers 200 only when a server of each accepts. Default: every --allow server.", func(v string) error {
 		set, err := parseAllowed(v)
+		if err != nil {
+			return errors.New("names no server: give the host:port of one etcd's servers")
+		}
 		waitFor = append(waitFor, set)
-		return err
+		return nil
 	})
 	probe := flag.Bool("probe", false, "Ask the dialer serving on --socket whether every etcd of --wait-for accepts connections, exit 0 if so and 1 if not: the sidecar's startup probe.")
 	flag.Parse()
@@ -179,9 +182,10 @@ func askReady(socket string) error {
 	if err != nil {
 		return fmt.Errorf("reading the etcd dialer's answer on %s: %w", socket, err)
 	}
+	why, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("etcd does not accept connections yet (%s): kube-apiserver starts once it does", resp.Status)
+		return fmt.Errorf("etcd does not accept connections yet (%s: %s): kube-apiserver starts once it does", resp.Status, why)
 	}
 	return nil
 }

@@ -91,8 +91,8 @@ func TestProbe_AnswersOnceEveryEtcdAccepts(t *testing.T) {
 			switch {
 			case tc.ready && err != nil:
 				t.Errorf("the probe failed: %v", err)
-			case !tc.ready && (err == nil || !strings.Contains(err.Error(), "etcd does not accept connections yet (503 Service Unavailable)")):
-				t.Errorf("the probe gave %v, want etcd not accepting yet", err)
+			case !tc.ready && (err == nil || !strings.Contains(err.Error(), "etcd does not accept connections yet (503 Service Unavailable: no server accepts a connection: "+down+")")):
+				t.Errorf("the probe gave %v, want etcd not accepting yet, naming %s", err, down)
 			}
 		})
 	}
