@@ -3,14 +3,12 @@ package controllers
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -141,14 +139,5 @@ func TestApiServerConfigReconciler_APausedTenantGetsNoWriteAndCatchesUpWhenResum
 	get(t, d)
 	get(t, caSecret)
 	resume(t, cfg)
-	eventually(t, 30*time.Second, "the tenant is deleted once resumed", func() error {
-		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(cfg), &v1alpha1.ApiServerConfig{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil
-		case err != nil:
-			return err
-		}
-		return errors.New("still there")
-	})
+	waitGone(t, cfg)
 }
