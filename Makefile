@@ -26,6 +26,9 @@ KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 # its module: the tests keep backups in a real bucket.
 VERSITYGW_VERSION ?= v1.8.0
 VERSITYGW ?= $(LOCALBIN)/versitygw-$(VERSITYGW_VERSION)
+# The resource metrics API of the local cluster (kubectl top, autoscalers).
+METRICS_SERVER_VERSION ?= v0.8.0
+METRICS_SERVER ?= $(LOCALBIN)/metrics-server-$(METRICS_SERVER_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # The kube-apiserver of the default version, where envtest looks for it.
 KUBE_APISERVER ?= $(LOCALBIN)/kube-apiserver
@@ -194,6 +197,11 @@ $(LOCALBIN):
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen into bin/.
 $(CONTROLLER_GEN): | $(LOCALBIN)
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: metrics-server
+metrics-server: $(METRICS_SERVER) ## Build the local cluster's metrics-server into bin/.
+$(METRICS_SERVER): | $(LOCALBIN)
+	$(call go-install-tool,$(METRICS_SERVER),sigs.k8s.io/metrics-server/cmd/metrics-server,$(METRICS_SERVER_VERSION))
 
 .PHONY: versitygw
 versitygw: $(VERSITYGW) ## Build the S3-compatible server the tests keep backups in into bin/.

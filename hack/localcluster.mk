@@ -20,7 +20,7 @@ LOCALCLUSTER := $(LOCALBIN)/localcluster
 # One kube-apiserver image per bundled version, tagged with it.
 APISERVER_IMAGE_TARBALLS := $(foreach v,$(KUBE_VERSIONS),$(IMAGES_DIR)/kube-apiserver-$(v).tar)
 IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/operator.tar $(IMAGES_DIR)/etcd-dialer.tar
-LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(KUBE_APISERVERS) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES) $(VERSITYGW)
+LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(KUBE_APISERVERS) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES) $(VERSITYGW) $(METRICS_SERVER)
 LOCALCLUSTER_SOURCES := $(shell find test/localcluster -name '*.go' -not -path '*/tools/*' 2>/dev/null) go.mod go.sum
 
 CONTAINERD_LDFLAGS := -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION) \

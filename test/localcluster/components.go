@@ -30,7 +30,7 @@ const (
 
 // stopOrder stops the node before the control plane, and etcd last.
 var stopOrder = []string{
-	compKubeProxy, compKubelet, compContainerd, compScheduler, compControllerMgr,
+	compMetricsServer, compKubeProxy, compKubelet, compContainerd, compScheduler, compControllerMgr,
 	compAPIServer, compS3, compTenantEtcdEvents, compTenantEtcdMain, compEtcd,
 }
 
@@ -154,6 +154,8 @@ func (l layout) controllerManager() component {
 		"--cluster-signing-key-file=" + l.pki.KeyFile(clusterCA),
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--cluster-name=" + NodeName,
+		// Autoscalers act within seconds of metrics-server's scrape.
+		"--horizontal-pod-autoscaler-sync-period=5s",
 		"--profiling=false",
 	}}
 }

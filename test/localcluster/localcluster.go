@@ -275,7 +275,7 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func (l layout) checkBinaries() error {
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "containerd", "containerd-shim-runc-v2", "ctr", "versitygw"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "containerd", "containerd-shim-runc-v2", "ctr", "versitygw", "metrics-server"} {
 		if !exists(l.bin(b)) {
 			return fmt.Errorf("starting the local cluster: %s is missing: build it with `make localcluster-binaries`", l.bin(b))
 		}
@@ -446,6 +446,7 @@ func (l layout) components() []component {
 		l.containerd(),
 		l.kubelet(),
 		l.kubeProxy(),
+		l.metricsServer(),
 	}
 }
 

@@ -44,6 +44,7 @@ var kubeconfigUsers = []kubeconfigUser{
 	{name: compScheduler, commonName: "system:kube-scheduler"},
 	{name: compKubelet, commonName: "system:node:" + NodeName, groups: []string{"system:nodes"}},
 	{name: compKubeProxy, commonName: "system:kube-proxy"},
+	{name: compMetricsServer, commonName: metricsServerUser},
 }
 
 func (l layout) ensurePKI() error {
@@ -87,6 +88,12 @@ func (l layout) ensurePKI() error {
 			return l.pki.ensureSigned(clusterCA, certSpec{
 				name: kubeletServing, commonName: NodeName, usages: server,
 				dnsNames: []string{NodeName}, ips: []net.IP{nodeIP},
+			})
+		},
+		func() error {
+			return l.pki.ensureSigned(clusterCA, certSpec{
+				name: metricsServerCert, commonName: "metrics-server", usages: server,
+				dnsNames: []string{"metrics-server.kube-system.svc"}, ips: []net.IP{nodeIP},
 			})
 		},
 		func() error {
@@ -243,7 +250,13 @@ func (l layout) startAll(ctx context.Context) error {
 	if err := l.importImages(ctx); err != nil {
 		return err
 	}
-	return startAndWait([]string{compKubelet, compKubeProxy}, "the node to be Ready and kube-proxy healthy", nodeReadyTimeout, l.nodeReady)
+	if err := startAndWait([]string{compKubelet, compKubeProxy}, "the node to be Ready and kube-proxy healthy", nodeReadyTimeout, l.nodeReady); err != nil {
+		return err
+	}
+	if err := l.applyMetricsServerObjects(ctx); err != nil {
+		return err
+	}
+	return startAndWait([]string{compMetricsServer}, "the resource metrics API to serve the node's metrics", nodeReadyTimeout, l.metricsAPIReady)
 }
 
 // waitFor polls ready until it succeeds, timeout passes, or one of the
