@@ -155,15 +155,16 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		Command:         []string{EtcdDialerCommand},
 		Args:            dialerArgs,
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
-		StartupProbe: &corev1.Probe{
-			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{EtcdDialerCommand, "--probe", "--socket=" + EtcdDialerSocket}}},
-			// An answer within a second of etcd's return; the dialer
-			// tries each etcd's servers for a second each.
-			PeriodSeconds: 1, TimeoutSeconds: 10,
-			// Waits out an outage of a day rather than restart the
-			// sidecar, which would change nothing.
-			FailureThreshold: 86400,
-		},
+		// kubelet starts kube-apiserver once this hook has returned: at
+		// once when etcd answers (a startup probe would cost up to its
+		// period, a second, on every start), and not before etcd does,
+		// so that an apiserver started during an outage waits instead of
+		// giving up on etcd and crash-looping. It waits out an outage of
+		// a day rather than fail, which would restart the sidecar and
+		// change nothing; a deletion of the pod ends it.
+		Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
+			Exec: &corev1.ExecAction{Command: []string{EtcdDialerCommand, "--probe", "--wait=24h", "--socket=" + EtcdDialerSocket}},
+		}},
 		// It relays etcd's bytes (spliced by the kernel) and holds idle
 		// connections during an outage: little of either. No memory
 		// limit: its pipes and socket buffers grow with kube-apiserver's

@@ -85,7 +85,7 @@ type Server struct {
 	// WaitFor are the sets of etcd servers kube-apiserver's start-up
 	// needs, each set one etcd (the main servers, each override's):
 	// "GET /readyz" on the socket answers 200 only when a server of every
-	// set accepts a connection, so that a startup probe of the sidecar can
+	// set accepts a connection, so that the sidecar's postStart hook can
 	// hold kube-apiserver's start until then (its storage gives up on an
 	// etcd it cannot reach within 20 s, and the container exits). Empty:
 	// every Allowed server is a set of its own.

@@ -347,7 +347,7 @@ func TestOperator_EtcdOutagesRestartNoApiserver(t *testing.T) {
 	}
 	time.Sleep(time.Until(mainStopped.Add(60 * time.Second)))
 	// Until etcd returns, the new pod's kube-apiserver has not run: kubelet
-	// waits for the etcd dialer's startup probe.
+	// waits for the etcd dialer's postStart hook.
 	for _, p := range apiserverPods(t, c, cfg) {
 		for _, st := range p.Status.ContainerStatuses {
 			if string(p.UID) == added && (st.State.Waiting == nil || st.RestartCount > 0) {

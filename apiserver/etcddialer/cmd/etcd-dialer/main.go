@@ -51,11 +51,13 @@ func main() {
 		waitFor = append(waitFor, set)
 		return nil
 	})
-	probe := flag.Bool("probe", false, "Ask the dialer serving on --socket whether every etcd of --wait-for accepts connections, exit 0 if so and 1 if not: the sidecar's startup probe.")
+	probe := flag.Bool("probe", false, "Ask the dialer serving on --socket whether every etcd of --wait-for accepts connections, exit 0 if so and 1 if not.")
+	wait := flag.Duration("wait", 0, "With --probe: ask again every "+probeRetryInterval.String()+" until the answer is yes or this long has passed "+
+		"(the sidecar's postStart hook, which kubelet waits for before it starts kube-apiserver).")
 	flag.Parse()
 
 	if *probe {
-		if err := askReady(*socket); err != nil {
+		if err := awaitReady(*socket, *wait, probeRetryInterval); err != nil {
 			_, _ = fmt.Fprintln(os.Stdout, err)
 			os.Exit(1)
 		}
@@ -162,6 +164,28 @@ func parseAllowed(allow string) ([]string, error) {
 // probeTimeout bounds the probe's question: the dialer dials the servers
 // of each etcd in turn, a second each at most.
 const probeTimeout = 10 * time.Second
+
+// probeRetryInterval is the pause between two questions of --probe --wait:
+// etcd's return is seen within it.
+const probeRetryInterval = 200 * time.Millisecond
+
+// awaitReady asks the dialer on socket until it says that etcd is
+// reachable or wait has passed (0: asks once); the last answer when it
+// never said so. The dialer may not listen yet when it starts: that is
+// asked again too.
+func awaitReady(socket string, wait, interval time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := askReady(socket)
+		if err == nil || !time.Now().Add(interval).Before(deadline) {
+			if err != nil && wait > 0 {
+				return fmt.Errorf("after %s: %w", wait, err)
+			}
+			return err
+		}
+		time.Sleep(interval)
+	}
+}
 
 // askReady asks the dialer on socket whether etcd is reachable; nil when
 // it is.

@@ -43,7 +43,53 @@ func TestRun_RefusesBadFlags(t *testing.T) {
 	}
 }
 
-// TestProbe_AnswersOnceEveryEtcdAccepts: the startup probe passes only
+// TestProbe_WaitReturnsOnceEtcdAccepts: the postStart hook's --wait goes on
+// asking while the dialer does not listen yet and while etcd is down, and
+// returns as soon as both answer; bounded, it fails saying why.
+func TestProbe_WaitReturnsOnceEtcdAccepts(t *testing.T) {
+	etcd := net.JoinHostPort("127.0.0.1", strconv.Itoa(testport.Get(t)))
+	socket := filepath.Join(t.TempDir(), "s.sock")
+	if err := awaitReady(socket, 300*time.Millisecond, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "after 300ms: the etcd dialer does not answer") {
+		t.Errorf("no dialer within the wait: %v", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- awaitReady(socket, time.Minute, 50*time.Millisecond) }()
+
+	// The dialer starts, etcd still down: the wait goes on.
+	l, err := etcddialer.Listen(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &etcddialer.Server{Allowed: []string{etcd}, RetryInterval: 50 * time.Millisecond}
+	go func() { _ = s.Serve(ctx, l) }()
+	if err := askReady(socket); err == nil || !strings.Contains(err.Error(), "etcd does not accept connections yet") {
+		t.Fatalf("the dialer answers %v while etcd is down", err)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait ended while etcd was down: %v", err)
+	default:
+	}
+
+	// etcd comes: the wait ends well within its minute.
+	up, err := net.Listen("tcp", etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = up.Close() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("the wait failed once etcd accepted: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the wait did not end within 30 s of etcd accepting")
+	}
+}
+
+// TestProbe_AnswersOnceEveryEtcdAccepts: the probe passes only
 // when a server of every etcd kube-apiserver needs at start accepts a
 // connection (one of several servers is enough), and says why not.
 func TestProbe_AnswersOnceEveryEtcdAccepts(t *testing.T) {
