@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,7 +85,9 @@ func expectSettled(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig,
 
 // Scenario 5: a higher memory limit gives exactly one rollout with the new
 // sizing, then quiet; under Auto, the nodes of the tenant, counted in etcd,
-// give one resize, then quiet while the operator keeps observing.
+// give one resize, then quiet while the operator keeps observing; with a
+// maintenance window, the next resize waits for it, and is done when it
+// opens.
 func TestOperator_CacheSizingRollsOnceAndSettles(t *testing.T) {
 	installOperator(t)
 	c := ctrlClient(t)
@@ -149,4 +152,54 @@ func TestOperator_CacheSizingRollsOnceAndSettles(t *testing.T) {
 		t.Fatalf("600 new nodes made %d rollouts, want 1", n-rollouts+1)
 	}
 	expectSettled(t, c, cfg, rollouts)
+
+	// With a maintenance window (on the real clock: the next minute at
+	// least 45 s away), 400 more nodes wait for it: listed in
+	// status.maintenance, the pods untouched until the window opens, then
+	// resized at once, in one rollout.
+	opens := time.Now().UTC().Add(45 * time.Second).Truncate(time.Minute).Add(time.Minute)
+	window := fmt.Sprintf(`{"spec":{"maintenance":{"windows":[{"start":%q,"duration":"30m"}]}}}`, opens.Format("15:04"))
+	managementKubectl(t, "-n", ns, "patch", "asc/sized", "--type=merge", "-p", window)
+	for i := 600; i < 1000; i++ {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%04d", i)}}
+		if _, err := tenant.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating node %d in the tenant: %v", i, err)
+		}
+	}
+	waitMaintenance(t, c, cfg, "lists the resize for 1000 nodes as pending", opens.Add(-5*time.Second), func(m *v1alpha1.MaintenanceStatus) bool {
+		return !m.Open && m.NextWindow != nil && m.NextWindow.Equal(&metav1.Time{Time: opens}) && len(m.Pending) == 1 &&
+			strings.HasPrefix(m.Pending[0], "a cache resize for 1000 nodes")
+	})
+	if got := deploymentArg(t, c, cfg, "max-requests-inflight"); got != "460" || replicaSets(t, c, cfg) != rollouts {
+		t.Fatalf("resized before the maintenance window: --max-requests-inflight=%s, %d rollouts", got, replicaSets(t, c, cfg))
+	}
+	// 1000 nodes (within the 1 092 that 64Gi carry): 400 + 2600 x
+	// 500/4500, rounded to tens.
+	for deadline := opens.Add(time.Minute); deploymentArg(t, c, cfg, "max-requests-inflight") != "690"; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not resized within a minute of the window's opening at %s: --max-requests-inflight=%s", opens, deploymentArg(t, c, cfg, "max-requests-inflight"))
+		}
+	}
+	resized := time.Now()
+	if resized.Before(opens) {
+		t.Fatalf("resized at %s, before the window opened at %s", resized, opens)
+	}
+	t.Logf("the resize that waited for the maintenance window was applied %s after it opened", resized.Sub(opens).Round(100*time.Millisecond))
+	waitMaintenance(t, c, cfg, "says the window is open with nothing pending", time.Now().Add(3*time.Minute), func(m *v1alpha1.MaintenanceStatus) bool {
+		return m.Open && len(m.Pending) == 0
+	})
+	rollouts++
+	expectSettled(t, c, cfg, rollouts)
+}
+
+// waitMaintenance waits until status.maintenance satisfies done.
+func waitMaintenance(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, what string, deadline time.Time, done func(*v1alpha1.MaintenanceStatus) bool) {
+	t.Helper()
+	got := &v1alpha1.ApiServerConfig{}
+	for ; time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(cfg), got); err == nil && got.Status.Maintenance != nil && done(got.Status.Maintenance) {
+			return
+		}
+	}
+	t.Fatalf("status.maintenance never %s by %s: %+v", what, deadline.Format(time.RFC3339), got.Status.Maintenance)
 }
