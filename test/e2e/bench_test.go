@@ -20,6 +20,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -134,31 +138,41 @@ func waitNoPods(b testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) {
 // BenchmarkTenantReadyz compares, in the same run, the time from applying
 // an ApiServerConfig to its /readyz answering 200 through the NodePort,
 // with the time the same kube-apiserver binary takes to answer /readyz
-// when started by hand on the host with the same flags and files. The
-// difference is what the operator and the platform add: reconciling,
-// scheduling, the container start, probes and Service routing.
+// when started by hand on the host with the same flags and files (ratio:
+// what the operator and the platform add: reconciling, scheduling, the
+// container start, probes and Service routing), and with the time the
+// same pod takes applied by hand as a Deployment and a Service
+// (ratio-to-pod: what the operator adds).
 func BenchmarkTenantReadyz(b *testing.B) {
 	installOperator(b)
 	c := ctrlClient(b)
 	b.StopTimer()
-	var viaOperator, byHand time.Duration
+	var viaOperator, podByHand, byHand time.Duration
 	for range b.N {
 		// Timed, cleanup included, only so that a plain -bench run keeps
 		// b.N at 1: the figures are the metrics.
 		b.StartTimer()
-		op, hand := tenantAgainstHand(b, c)
+		op, pod, hand := tenantAgainstHand(b, c)
 		b.StopTimer()
 		viaOperator += op
+		podByHand += pod
 		byHand += hand
 	}
 	n := float64(b.N)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(viaOperator.Seconds()/n, "operator-s/op")
+	b.ReportMetric(podByHand.Seconds()/n, "pod-by-hand-s/op")
 	b.ReportMetric(byHand.Seconds()/n, "by-hand-s/op")
 	b.ReportMetric(viaOperator.Seconds()/byHand.Seconds(), "ratio")
+	b.ReportMetric(viaOperator.Seconds()/podByHand.Seconds(), "ratio-to-pod")
 }
 
-func tenantAgainstHand(b *testing.B, c client.Client) (viaOperator, byHand time.Duration) {
+// tenantAgainstHand times one tenant three ways: applied as an
+// ApiServerConfig; its pod (the operator's Deployment, copied) and a
+// NodePort Service applied by hand, as a platform without the operator
+// would; and its kube-apiserver started by hand on the host. Each starts on
+// an idle node and on an etcd prefix of its own.
+func tenantAgainstHand(b *testing.B, c client.Client) (viaOperator, podByHand, byHand time.Duration) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -189,12 +203,78 @@ func tenantAgainstHand(b *testing.B, c client.Client) (viaOperator, byHand time.
 	}
 	dir := b.TempDir()
 	args, env := handArgs(b, c, deploy, dir)
-	// The operator's pod goes first, so that the hand-started apiserver
-	// runs on an idle node too.
+	// The operator's pod goes first, so that the others run on an idle
+	// node too; hibernated, the tenant keeps the Secrets and ConfigMap the
+	// copied pod mounts.
+	if err := c.Patch(ctx, cfg, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"masterCount":0}}`))); err != nil {
+		b.Fatal(err)
+	}
+	waitNoPods(b, c, cfg)
+	podByHand = runPodByHand(b, ctx, c, deploy)
 	removeTenant(b, c, cfg)
 
 	byHand = runByHand(b, ctx, args, env)
-	return viaOperator, byHand
+	return viaOperator, podByHand, byHand
+}
+
+// runPodByHand creates a copy of the operator's Deployment d (its own
+// name, labels and etcd prefix, one replica, no owner) and a NodePort
+// Service for it, and returns how long they took to answer /readyz
+// through the NodePort; it deletes both before returning.
+func runPodByHand(b testing.TB, ctx context.Context, c client.Client, d *appsv1.Deployment) time.Duration {
+	b.Helper()
+	labels := map[string]string{"bench": "pod-by-hand"}
+	pod := d.Spec.Template.DeepCopy()
+	pod.Labels, pod.Annotations = labels, nil
+	for i, a := range pod.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--etcd-prefix=") {
+			pod.Spec.Containers[0].Args[i] = a + "-pod-by-hand"
+		}
+	}
+	copied := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: "pod-by-hand"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: *pod,
+		},
+	}
+	port := intstr.FromString(pod.Spec.Containers[0].Ports[0].Name)
+	if port.StrVal == "" {
+		port = intstr.FromInt32(pod.Spec.Containers[0].Ports[0].ContainerPort)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: "pod-by-hand"},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeNodePort, Selector: labels,
+			Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: port}},
+		},
+	}
+	start := time.Now()
+	for _, o := range []client.Object{svc, copied} {
+		if err := c.Create(ctx, o); err != nil {
+			b.Fatalf("applying the tenant's pod by hand: %v", err)
+		}
+	}
+	ready, err := waitReadyz(ctx, fmt.Sprintf("https://%s:%d/readyz", cluster.NodeIP(), svc.Spec.Ports[0].NodePort))
+	if err != nil {
+		b.Fatalf("the tenant's pod applied by hand: %v", err)
+	}
+	for _, o := range []client.Object{copied, svc} {
+		if err := c.Delete(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 240 {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabels(labels)); err != nil {
+			b.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			return ready.Sub(start)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	b.Fatal("the pod applied by hand did not go away within 2 minutes")
+	return 0
 }
 
 // handArgs writes the files of the Deployment's volumes under dir and
