@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -133,9 +134,9 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 
 	// The etcd dialer, a native sidecar: it starts before kube-apiserver
 	// and stops after it, so that kube-apiserver reaches etcd from its
-	// first request to the end of its graceful shutdown. Its startup probe
-	// passes once every etcd the tenant stores in accepts connections:
-	// kubelet starts kube-apiserver only then, so that a pod created
+	// first request to the end of its graceful shutdown. Its postStart
+	// hook returns once every etcd the tenant stores in accepts
+	// connections: kubelet starts kube-apiserver only then, so that a pod created
 	// during an etcd outage (a scale-up, a drain, a rollout) waits for etcd
 	// instead of exiting after its storage's 20 s and crash-looping.
 	dialerArgs := []string{"--socket=" + EtcdDialerSocket, "--allow=" + strings.Join(c.Etcd.Addresses, ",")}
@@ -159,11 +160,14 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		// once when etcd answers (a startup probe would cost up to its
 		// period, a second, on every start), and not before etcd does,
 		// so that an apiserver started during an outage waits instead of
-		// giving up on etcd and crash-looping. It waits out an outage of
-		// a day rather than fail, which would restart the sidecar and
-		// change nothing; a deletion of the pod ends it.
+		// giving up on etcd and crash-looping. A deletion of the pod ends
+		// it; the hook of a sidecar restarted later returns at once (the
+		// pod is marked started). What it does not cover: a kubelet
+		// restarted while the hook waits runs no hook again and starts
+		// kube-apiserver, which then restarts until etcd is back, as
+		// without the hook.
 		Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
-			Exec: &corev1.ExecAction{Command: []string{EtcdDialerCommand, "--probe", "--wait=24h", "--socket=" + EtcdDialerSocket}},
+			Exec: &corev1.ExecAction{Command: []string{EtcdDialerCommand, "--probe", "--wait=" + etcdDialerStartWait.String(), "--socket=" + EtcdDialerSocket}},
 		}},
 		// It relays etcd's bytes (spliced by the kernel) and holds idle
 		// connections during an outage: little of either. No memory
@@ -244,6 +248,11 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 	}
 	return d, nil
 }
+
+// etcdDialerStartWait bounds the sidecar's postStart hook: it waits out an
+// outage of a day rather than fail, which would restart the sidecar and
+// change nothing.
+const etcdDialerStartWait = 24 * time.Hour
 
 // ProbePaths are the paths kubelet probes, chosen for what a restart or a
 // removal from the Service can fix:

@@ -91,11 +91,16 @@ type Server struct {
 	// every Allowed server is a set of its own.
 	WaitFor [][]string
 	// Log receives a line when an etcd server refuses and when it accepts
-	// again, and at V(1) one per request held, connected after holding or
-	// given up; the zero Logger discards.
+	// again, one at most every notReadyLogInterval while readiness is
+	// asked and refused (kube-apiserver waits to start), and at V(1) one
+	// per request held, connected after holding or given up; the zero
+	// Logger discards.
 	Log logr.Logger
 
 	active atomic.Int64
+	// notReadyLogged is when a refused readiness was last logged, in Unix
+	// nanoseconds.
+	notReadyLogged atomic.Int64
 	// connDone, if set, is called when a connection has been handled and all
 	// its goroutines have ended; tests wait on it.
 	connDone func()
@@ -199,6 +204,9 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 		} else {
 			body := "no server accepts a connection: " + strings.Join(down, "; ")
 			answer(conn, fmt.Sprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+			if last := s.notReadyLogged.Load(); time.Since(time.Unix(0, last)) >= notReadyLogInterval && s.notReadyLogged.CompareAndSwap(last, time.Now().UnixNano()) {
+				s.Log.Info("Not ready: kube-apiserver starts once an etcd server of each set accepts", "unreachable", down)
+			}
 		}
 		return
 	case req.Method != http.MethodConnect:
@@ -272,6 +280,10 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 
 // ReadyPath is the path of the readiness answer (see Server.WaitFor).
 const ReadyPath = "/readyz"
+
+// notReadyLogInterval spaces the lines that say readiness was refused: the
+// pod's log says what its start waits for without a line per question.
+const notReadyLogInterval = 10 * time.Second
 
 // unreachable lists the sets of WaitFor of which no server accepts a
 // connection now (each as its servers joined by commas); the sets are

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -52,12 +53,16 @@ func main() {
 		return nil
 	})
 	probe := flag.Bool("probe", false, "Ask the dialer serving on --socket whether every etcd of --wait-for accepts connections, exit 0 if so and 1 if not.")
-	wait := flag.Duration("wait", 0, "With --probe: ask again every "+probeRetryInterval.String()+" until the answer is yes or this long has passed "+
-		"(the sidecar's postStart hook, which kubelet waits for before it starts kube-apiserver).")
+	wait := flag.Duration("wait", 0, "With --probe: ask again (every "+notReadyRetryInterval.String()+" while etcd does not answer) until the answer is yes or this long has passed, "+
+		"then mark the pod started, so that the question is not asked again in it: the sidecar's postStart hook, which kubelet waits for before it starts kube-apiserver.")
 	flag.Parse()
 
+	if *wait != 0 && !*probe {
+		_, _ = fmt.Fprintln(os.Stderr, "--wait is a setting of --probe: give both")
+		os.Exit(2)
+	}
 	if *probe {
-		if err := awaitReady(*socket, *wait, probeRetryInterval); err != nil {
+		if err := awaitReady(*socket, *wait); err != nil {
 			_, _ = fmt.Fprintln(os.Stdout, err)
 			os.Exit(1)
 		}
@@ -165,20 +170,52 @@ func parseAllowed(allow string) ([]string, error) {
 // of each etcd in turn, a second each at most.
 const probeTimeout = 10 * time.Second
 
-// probeRetryInterval is the pause between two questions of --probe --wait:
-// etcd's return is seen within it.
-const probeRetryInterval = 200 * time.Millisecond
+// Pauses between two questions of --probe --wait: short while the dialer
+// does not listen yet (it has just started, beside the hook), and while
+// etcd does not answer as often as a probe would ask, so that pods waiting
+// during an outage do not dial etcd more than once a second each.
+const (
+	notListeningRetryInterval = 50 * time.Millisecond
+	notReadyRetryInterval     = time.Second
+)
+
+// startedMarker is the file, beside the socket in the pod's emptyDir, that
+// says this pod's kube-apiserver was let start once. A sidecar restarted
+// later runs its postStart hook again: kube-apiserver already runs then,
+// and a hook that waited would only hold kubelet's work on the pod.
+const startedMarker = "kube-apiserver-started"
 
 // awaitReady asks the dialer on socket until it says that etcd is
-// reachable or wait has passed (0: asks once); the last answer when it
-// never said so. The dialer may not listen yet when it starts: that is
-// asked again too.
-func awaitReady(socket string, wait, interval time.Duration) error {
+// reachable or wait has passed (0: asks once), and marks the pod started;
+// it returns the last answer when the dialer never said so, and at once
+// when the pod was marked before.
+func awaitReady(socket string, wait time.Duration) error {
+	if socket == "" {
+		return errors.New("--socket is required")
+	}
+	marker := filepath.Join(filepath.Dir(socket), startedMarker)
+	if wait > 0 {
+		if _, err := os.Stat(marker); err == nil {
+			return nil
+		}
+	}
 	deadline := time.Now().Add(wait)
 	for {
 		err := askReady(socket)
-		if err == nil || !time.Now().Add(interval).Before(deadline) {
-			if err != nil && wait > 0 {
+		if err == nil {
+			if wait > 0 {
+				// Best effort: without the marker a restarted sidecar waits
+				// for etcd again, as on the pod's start.
+				_ = os.WriteFile(marker, nil, 0o600)
+			}
+			return nil
+		}
+		interval := notReadyRetryInterval
+		if errors.Is(err, errNotListening) {
+			interval = notListeningRetryInterval
+		}
+		if !time.Now().Add(interval).Before(deadline) {
+			if wait > 0 {
 				return fmt.Errorf("after %s: %w", wait, err)
 			}
 			return err
@@ -187,15 +224,15 @@ func awaitReady(socket string, wait, interval time.Duration) error {
 	}
 }
 
+// errNotListening: nothing answers on the socket yet.
+var errNotListening = errors.New("the etcd dialer does not answer")
+
 // askReady asks the dialer on socket whether etcd is reachable; nil when
 // it is.
 func askReady(socket string) error {
-	if socket == "" {
-		return errors.New("--socket is required")
-	}
 	conn, err := net.DialTimeout("unix", socket, probeTimeout)
 	if err != nil {
-		return fmt.Errorf("the etcd dialer does not answer on %s: %w", socket, err)
+		return fmt.Errorf("%w on %s: %w", errNotListening, socket, err)
 	}
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(probeTimeout))

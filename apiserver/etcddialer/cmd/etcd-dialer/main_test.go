@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
 	"github.com/apiserver-operator/apiserver-operator/test/testport"
@@ -45,15 +47,17 @@ func TestRun_RefusesBadFlags(t *testing.T) {
 
 // TestProbe_WaitReturnsOnceEtcdAccepts: the postStart hook's --wait goes on
 // asking while the dialer does not listen yet and while etcd is down, and
-// returns as soon as both answer; bounded, it fails saying why.
+// returns as soon as both answer; bounded, it fails saying why. Once it
+// has returned, the pod is marked started: the hook of a restarted sidecar
+// returns at once, even with etcd down.
 func TestProbe_WaitReturnsOnceEtcdAccepts(t *testing.T) {
 	etcd := net.JoinHostPort("127.0.0.1", strconv.Itoa(testport.Get(t)))
 	socket := filepath.Join(t.TempDir(), "s.sock")
-	if err := awaitReady(socket, 300*time.Millisecond, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "after 300ms: the etcd dialer does not answer") {
+	if err := awaitReady(socket, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "after 300ms: the etcd dialer does not answer") {
 		t.Errorf("no dialer within the wait: %v", err)
 	}
 	waited := make(chan error, 1)
-	go func() { waited <- awaitReady(socket, time.Minute, 50*time.Millisecond) }()
+	go func() { waited <- awaitReady(socket, time.Minute) }()
 
 	// The dialer starts, etcd still down: the wait goes on.
 	l, err := etcddialer.Listen(socket)
@@ -62,15 +66,36 @@ func TestProbe_WaitReturnsOnceEtcdAccepts(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := &etcddialer.Server{Allowed: []string{etcd}, RetryInterval: 50 * time.Millisecond}
+	var mu sync.Mutex
+	var notReady []string
+	log := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Not ready") {
+			mu.Lock()
+			notReady = append(notReady, args)
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	s := &etcddialer.Server{Allowed: []string{etcd}, RetryInterval: 50 * time.Millisecond, Log: log}
 	go func() { _ = s.Serve(ctx, l) }()
-	if err := askReady(socket); err == nil || !strings.Contains(err.Error(), "etcd does not accept connections yet") {
-		t.Fatalf("the dialer answers %v while etcd is down", err)
+	for range 3 {
+		if err := askReady(socket); err == nil || !strings.Contains(err.Error(), "etcd does not accept connections yet") {
+			t.Fatalf("the dialer answers %v while etcd is down", err)
+		}
 	}
+	// The pod's log says what its start waits for, once for many questions.
+	mu.Lock()
+	if len(notReady) != 1 || !strings.Contains(notReady[0], etcd) {
+		t.Errorf("the dialer logged %q for three refused questions, want one line naming %s", notReady, etcd)
+	}
+	mu.Unlock()
 	select {
 	case err := <-waited:
 		t.Fatalf("the wait ended while etcd was down: %v", err)
 	default:
+	}
+	marker := filepath.Join(filepath.Dir(socket), startedMarker)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the pod is marked started while etcd is down")
 	}
 
 	// etcd comes: the wait ends well within its minute.
@@ -78,7 +103,6 @@ func TestProbe_WaitReturnsOnceEtcdAccepts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = up.Close() }()
 	select {
 	case err := <-waited:
 		if err != nil {
@@ -86,6 +110,21 @@ func TestProbe_WaitReturnsOnceEtcdAccepts(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the wait did not end within 30 s of etcd accepting")
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the pod is not marked started: %v", err)
+	}
+
+	// etcd down again, the sidecar restarted: its hook returns at once.
+	_ = up.Close()
+	if err := askReady(socket); err == nil {
+		t.Fatal("the dialer says ready with etcd down")
+	}
+	if err := awaitReady(socket, time.Minute); err != nil {
+		t.Errorf("the hook of a restarted sidecar: %v", err)
+	}
+	if err := awaitReady(socket, 0); err == nil {
+		t.Error("a probe without --wait says ready with etcd down: the marker is for the hook only")
 	}
 }
 
