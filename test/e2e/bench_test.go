@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -177,6 +178,9 @@ func tenantAgainstHand(b *testing.B, c client.Client) (viaOperator, podByHand, b
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cfg := localTenant(b, tenantNamespace(b), "bench")
+	// The hand-started apiservers' data: the operator deletes only the
+	// tenant's own.
+	b.Cleanup(func() { dropKeys(b, cfg.Spec.Etcd.Prefix+"-pod-by-hand/", cfg.Spec.Etcd.Prefix+"-by-hand/") })
 
 	start := time.Now()
 	podReady := make(chan time.Time, 1)
@@ -215,6 +219,20 @@ func tenantAgainstHand(b *testing.B, c client.Client) (viaOperator, podByHand, b
 
 	byHand = runByHand(b, ctx, args, env)
 	return viaOperator, podByHand, byHand
+}
+
+// dropKeys deletes every key under each prefix on both tenant etcds.
+func dropKeys(t testing.TB, prefixes ...string) {
+	t.Helper()
+	etcd := cluster.TenantEtcd()
+	for _, endpoint := range []string{etcd.MainURL, etcd.EventsURL} {
+		cli := tenantEtcd(t, endpoint)
+		for _, p := range prefixes {
+			if _, err := cli.Delete(context.Background(), p, clientv3.WithPrefix()); err != nil {
+				t.Errorf("deleting the keys under %s on %s: %v", p, endpoint, err)
+			}
+		}
+	}
 }
 
 // runPodByHand creates a copy of the operator's Deployment d (its own

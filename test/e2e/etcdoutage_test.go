@@ -348,12 +348,27 @@ func TestOperator_EtcdOutagesRestartNoApiserver(t *testing.T) {
 	time.Sleep(time.Until(mainStopped.Add(60 * time.Second)))
 	// Until etcd returns, the new pod's kube-apiserver has not run: kubelet
 	// waits for the etcd dialer's postStart hook.
+	waited := false
 	for _, p := range apiserverPods(t, c, cfg) {
+		if string(p.UID) != added {
+			continue
+		}
 		for _, st := range p.Status.ContainerStatuses {
-			if string(p.UID) == added && (st.State.Waiting == nil || st.RestartCount > 0) {
-				t.Errorf("the apiserver pod started during the main etcd's outage ran kube-apiserver before etcd returned: %+v", st)
+			if st.Name == "kube-apiserver" {
+				waited = st.State.Waiting != nil && st.RestartCount == 0
+				if !waited {
+					t.Errorf("the apiserver pod started during the main etcd's outage ran kube-apiserver before etcd returned: %+v", st)
+				}
 			}
 		}
+		for _, st := range p.Status.InitContainerStatuses {
+			if st.RestartCount > 0 {
+				t.Errorf("the etcd dialer of the apiserver pod started during the main etcd's outage restarted: %+v", st)
+			}
+		}
+	}
+	if !waited {
+		t.Errorf("the apiserver pod started during the main etcd's outage (%s) has no waiting kube-apiserver", added)
 	}
 	if err := cluster.StartTenantEtcd(ctx, localcluster.TenantEtcdMain); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -41,8 +43,12 @@ func TestOperator_AutoscalerAndKubectlScaleFailNoRequest(t *testing.T) {
 	c, cfg, tenant := startTenant(t, "scaled", nil)
 	ns := cfg.Namespace
 
+	// Each call on a connection of its own, which the Service sends to
+	// any ready apiserver: joining and leaving ones too.
+	_, rc := tenantClient(t, c, cfg)
+	fresh := newConnectionEachCall(t, rc)
 	loop := startClientLoop(func(ctx context.Context) error {
-		_, err := tenant.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		_, err := fresh.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 		return err
 	}, 100*time.Millisecond)
 	honest := watchScaleStatus(t, c, cfg)
@@ -59,8 +65,9 @@ func TestOperator_AutoscalerAndKubectlScaleFailNoRequest(t *testing.T) {
 		return active != nil && active.Status == corev1.ConditionTrue && len(h.Status.CurrentMetrics) > 0
 	})
 
-	// Load: lists of every ClusterRole, back to back, from four clients.
-	// Their requests count as the clients' too: none may fail.
+	// Load: lists of every ClusterRole, back to back, from four clients
+	// (kept connections, on the one apiserver there is). Their requests
+	// count as the clients' too: none may fail.
 	var load []*clientLoop
 	for range 4 {
 		load = append(load, startClientLoop(func(ctx context.Context) error {
@@ -119,8 +126,26 @@ func TestOperator_AutoscalerAndKubectlScaleFailNoRequest(t *testing.T) {
 	loop.finish(t, "client through the Service during autoscaling and a pause")
 }
 
+// newConnectionEachCall is a client of rc that opens a connection for each
+// call (HTTP/1.1 without keep-alive).
+func newConnectionEachCall(t testing.TB, rc *rest.Config) *kubernetes.Clientset {
+	t.Helper()
+	tlsConfig, err := rest.TLSConfigFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := rest.CopyConfig(rc)
+	fresh.TLSClientConfig = rest.TLSClientConfig{}
+	fresh.Transport = &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true}
+	cs, err := kubernetes.NewForConfig(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
 // tenantAutoscaler is the autoscaler of config/samples for cfg, which
-// removes apiservers as soon as the load is gone (the sample waits 5
+// removes apiservers 15 s after the load is gone (the sample waits 5
 // minutes, and then takes one a minute).
 func tenantAutoscaler(t testing.TB, cfg *v1alpha1.ApiServerConfig) *autoscalingv2.HorizontalPodAutoscaler {
 	t.Helper()
@@ -133,7 +158,7 @@ func tenantAutoscaler(t testing.TB, cfg *v1alpha1.ApiServerConfig) *autoscalingv
 		t.Fatal(err)
 	}
 	hpa.Namespace, hpa.Name, hpa.Spec.ScaleTargetRef.Name = cfg.Namespace, cfg.Name, cfg.Name
-	hpa.Spec.Behavior.ScaleDown = &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](0)}
+	hpa.Spec.Behavior.ScaleDown = &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](15)}
 	return hpa
 }
 

@@ -153,26 +153,31 @@ func TestOperator_CacheSizingRollsOnceAndSettles(t *testing.T) {
 	}
 	expectSettled(t, c, cfg, rollouts)
 
-	// With a maintenance window (on the real clock: the next minute at
-	// least 45 s away), 400 more nodes wait for it: listed in
-	// status.maintenance, the pods untouched until the window opens, then
-	// resized at once, in one rollout.
-	opens := time.Now().UTC().Add(45 * time.Second).Truncate(time.Minute).Add(time.Minute)
-	window := fmt.Sprintf(`{"spec":{"maintenance":{"windows":[{"start":%q,"duration":"30m"}]}}}`, opens.Format("15:04"))
-	managementKubectl(t, "-n", ns, "patch", "asc/sized", "--type=merge", "-p", window)
+	// With a maintenance window 12 hours away, 400 more nodes wait for it:
+	// listed in status.maintenance, the pods untouched. Moved to the next
+	// minute (on the real clock), the window opens and the resize is done
+	// at once, in one rollout.
+	later := time.Now().UTC().Add(12 * time.Hour).Truncate(time.Minute)
+	setWindow := func(start time.Time) {
+		window := fmt.Sprintf(`{"spec":{"maintenance":{"windows":[{"start":%q,"duration":"30m"}]}}}`, start.Format("15:04"))
+		managementKubectl(t, "-n", ns, "patch", "asc/sized", "--type=merge", "-p", window)
+	}
+	setWindow(later)
 	for i := 600; i < 1000; i++ {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%04d", i)}}
 		if _, err := tenant.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("creating node %d in the tenant: %v", i, err)
 		}
 	}
-	waitMaintenance(t, c, cfg, "lists the resize for 1000 nodes as pending", opens.Add(-5*time.Second), func(m *v1alpha1.MaintenanceStatus) bool {
-		return !m.Open && m.NextWindow != nil && m.NextWindow.Equal(&metav1.Time{Time: opens}) && len(m.Pending) == 1 &&
+	waitMaintenance(t, c, cfg, "lists the resize for 1000 nodes as pending", time.Now().Add(2*time.Minute), func(m *v1alpha1.MaintenanceStatus) bool {
+		return !m.Open && m.NextWindow != nil && m.NextWindow.Equal(&metav1.Time{Time: later}) && len(m.Pending) == 1 &&
 			strings.HasPrefix(m.Pending[0], "a cache resize for 1000 nodes")
 	})
 	if got := deploymentArg(t, c, cfg, "max-requests-inflight"); got != "460" || replicaSets(t, c, cfg) != rollouts {
 		t.Fatalf("resized before the maintenance window: --max-requests-inflight=%s, %d rollouts", got, replicaSets(t, c, cfg))
 	}
+	opens := time.Now().UTC().Add(10 * time.Second).Truncate(time.Minute).Add(time.Minute)
+	setWindow(opens)
 	// 1000 nodes (within the 1 092 that 64Gi carry): 400 + 2600 x
 	// 500/4500, rounded to tens.
 	for deadline := opens.Add(time.Minute); deploymentArg(t, c, cfg, "max-requests-inflight") != "690"; time.Sleep(200 * time.Millisecond) {

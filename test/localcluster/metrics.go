@@ -150,11 +150,11 @@ func (l layout) applyMetricsServerObjects(ctx context.Context) error {
 }
 
 // metricsAPIReady: the aggregation layer serves metrics.k8s.io through
-// metrics-server, and it has scraped the node at least once.
+// metrics-server (its first metrics follow two scrapes later).
 func (l layout) metricsAPIReady(ctx context.Context) error {
 	client, err := l.tlsClient(clusterCA, "user-admin")
 	if err != nil {
 		return err
 	}
-	return getOK(ctx, client, l.apiserverURL()+"/apis/metrics.k8s.io/v1beta1/nodes/"+NodeName)
+	return getOK(ctx, client, l.apiserverURL()+"/apis/metrics.k8s.io/v1beta1")
 }

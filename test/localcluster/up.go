@@ -256,7 +256,7 @@ func (l layout) startAll(ctx context.Context) error {
 	if err := l.applyMetricsServerObjects(ctx); err != nil {
 		return err
 	}
-	return startAndWait([]string{compMetricsServer}, "the resource metrics API to serve the node's metrics", nodeReadyTimeout, l.metricsAPIReady)
+	return startAndWait([]string{compMetricsServer}, "the resource metrics API to be served", nodeReadyTimeout, l.metricsAPIReady)
 }
 
 // waitFor polls ready until it succeeds, timeout passes, or one of the
