@@ -19,7 +19,10 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;patch
+// The operator's own webhook configurations only, by the names config/default
+// gives them (its namePrefix and --webhook-configuration,
+// --mutating-webhook-configuration): read and patched without a cache.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;patch,resourceNames=apiserver-operator-validating-webhook-configuration;apiserver-operator-mutating-webhook-configuration
 
 // Certificates keeps the admission webhook's serving certificate
 // without cert-manager: a CA and a certificate for the webhook Service in a
