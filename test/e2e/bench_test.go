@@ -123,9 +123,16 @@ func removeTenant(b testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) 
 
 func waitNoPods(b testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) {
 	b.Helper()
+	waitNoPodsLabelled(b, c, cfg.Namespace, apiserver.SelectorLabels(cfg.Name), fmt.Sprintf("the apiserver pods of %s/%s", cfg.Namespace, cfg.Name))
+}
+
+// waitNoPodsLabelled waits, bounded, until no pod of namespace ns carries
+// labels.
+func waitNoPodsLabelled(b testing.TB, c client.Client, ns string, labels map[string]string, what string) {
+	b.Helper()
 	for range 240 {
 		pods := &corev1.PodList{}
-		if err := c.List(context.Background(), pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+		if err := c.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
 			b.Fatal(err)
 		}
 		if len(pods.Items) == 0 {
@@ -133,7 +140,7 @@ func waitNoPods(b testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	b.Fatalf("the apiserver pods of %s/%s did not go away within 2 minutes", cfg.Namespace, cfg.Name)
+	b.Fatalf("%s did not go away within 2 minutes", what)
 }
 
 // BenchmarkTenantReadyz compares, in the same run, the time from applying
@@ -281,18 +288,8 @@ func runPodByHand(b testing.TB, ctx context.Context, c client.Client, d *appsv1.
 			b.Fatal(err)
 		}
 	}
-	for range 240 {
-		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabels(labels)); err != nil {
-			b.Fatal(err)
-		}
-		if len(pods.Items) == 0 {
-			return ready.Sub(start)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	b.Fatal("the pod applied by hand did not go away within 2 minutes")
-	return 0
+	waitNoPodsLabelled(b, c, d.Namespace, labels, "the pod applied by hand")
+	return ready.Sub(start)
 }
 
 // handArgs writes the files of the Deployment's volumes under dir and

@@ -131,17 +131,24 @@ func ctrlClient(t testing.TB) client.Client {
 	return c
 }
 
-// localTenant reads the local-cluster sample, renamed into namespace ns.
-func localTenant(t testing.TB, ns, name string) *v1alpha1.ApiServerConfig {
+// readSample decodes the file of config/samples called name into obj,
+// strictly: a sample the tests use must say what its API takes.
+func readSample(t testing.TB, name string, obj any) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repo, "config", "samples", "controlplane_v1alpha1_apiserverconfig_localcluster.yaml"))
+	data, err := os.ReadFile(filepath.Join(repo, "config", "samples", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := &v1alpha1.ApiServerConfig{}
-	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
-		t.Fatal(err)
+	if err := yaml.UnmarshalStrict(data, obj); err != nil {
+		t.Fatalf("reading config/samples/%s: %v", name, err)
 	}
+}
+
+// localTenant reads the local-cluster sample, renamed into namespace ns.
+func localTenant(t testing.TB, ns, name string) *v1alpha1.ApiServerConfig {
+	t.Helper()
+	cfg := &v1alpha1.ApiServerConfig{}
+	readSample(t, "controlplane_v1alpha1_apiserverconfig_localcluster.yaml", cfg)
 	cfg.Namespace, cfg.Name = ns, name
 	cfg.Spec.Etcd.Prefix = "/tenants/" + ns + "/" + name
 	return cfg

@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -25,7 +23,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
@@ -149,14 +146,8 @@ func newConnectionEachCall(t testing.TB, rc *rest.Config) *kubernetes.Clientset 
 // minutes, and then takes one a minute).
 func tenantAutoscaler(t testing.TB, cfg *v1alpha1.ApiServerConfig) *autoscalingv2.HorizontalPodAutoscaler {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repo, "config", "samples", "autoscaling_v2_horizontalpodautoscaler.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
-	if err := yaml.UnmarshalStrict(data, hpa); err != nil {
-		t.Fatal(err)
-	}
+	readSample(t, "autoscaling_v2_horizontalpodautoscaler.yaml", hpa)
 	hpa.Namespace, hpa.Name, hpa.Spec.ScaleTargetRef.Name = cfg.Namespace, cfg.Name, cfg.Name
 	hpa.Spec.Behavior.ScaleDown = &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](15)}
 	return hpa

@@ -152,9 +152,5 @@ func (l layout) applyMetricsServerObjects(ctx context.Context) error {
 // metricsAPIReady: the aggregation layer serves metrics.k8s.io through
 // metrics-server (its first metrics follow two scrapes later).
 func (l layout) metricsAPIReady(ctx context.Context) error {
-	client, err := l.tlsClient(clusterCA, "user-admin")
-	if err != nil {
-		return err
-	}
-	return getOK(ctx, client, l.apiserverURL()+"/apis/metrics.k8s.io/v1beta1")
+	return l.adminGetOK(ctx, "/apis/metrics.k8s.io/v1beta1")
 }

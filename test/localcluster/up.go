@@ -348,11 +348,16 @@ func (l layout) s3Ready(ctx context.Context) error {
 
 // apiserverReady also proves that the cluster's etcd serves.
 func (l layout) apiserverReady(ctx context.Context) error {
+	return l.adminGetOK(ctx, "/readyz")
+}
+
+// adminGetOK: the cluster's admin GETs path on the apiserver, answered 200.
+func (l layout) adminGetOK(ctx context.Context, path string) error {
 	client, err := l.tlsClient(clusterCA, "user-admin")
 	if err != nil {
 		return err
 	}
-	return getOK(ctx, client, l.apiserverURL()+"/readyz")
+	return getOK(ctx, client, l.apiserverURL()+path)
 }
 
 func (l layout) ctr(ctx context.Context, args ...string) error {
