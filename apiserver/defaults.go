@@ -17,10 +17,15 @@ import (
 // (NewTenantEtcdPrefix), so that tenants that share an etcd never share
 // keys by default. ApiServerConfigs created before keep the prefix they
 // had: /registry, the default then (SetDefaults gives it to a spec with
-// none, as the CRD did).
+// none, as the CRD did). Likewise spec.networkPolicy: a new tenant is
+// isolated (mode Enforced), one created before the field keeps its
+// network as it was until its spec says otherwise.
 func SetCreateDefaults(cfg *v1alpha1.ApiServerConfig) {
 	if cfg.Spec.Etcd.Prefix == "" {
 		cfg.Spec.Etcd.Prefix = NewTenantEtcdPrefix(cfg.Namespace, cfg.Name)
+	}
+	if cfg.Spec.NetworkPolicy == nil {
+		cfg.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -62,6 +63,9 @@ type Objects struct {
 	// PodDisruptionBudget is nil when the tenant has none (one apiserver
 	// or none): one that exists is deleted.
 	PodDisruptionBudget *policyv1.PodDisruptionBudget
+	// NetworkPolicy is nil when the tenant has none (spec.networkPolicy
+	// not Enforced): one the operator made is deleted.
+	NetworkPolicy *networkingv1.NetworkPolicy
 }
 
 // data finds the data of the objects the pods mount: the operator's own,
@@ -89,6 +93,7 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 		return nil, err
 	}
 	o := &Objects{Args: args, Service: DesiredService(c), PodDisruptionBudget: desiredPodDisruptionBudget(c)}
+	o.NetworkPolicy, _ = desiredNetworkPolicy(c)
 	if o.ConfigMap, err = desiredConfigMap(c, env.OIDCCA); err != nil {
 		return nil, err
 	}

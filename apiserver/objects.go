@@ -65,8 +65,8 @@ func DeploymentName(name string) string             { return name + "-apiserver"
 
 // Owned is an object the operator creates for an ApiServerConfig.
 type Owned struct {
-	// Kind is Secret, ConfigMap, Service, Deployment or
-	// PodDisruptionBudget.
+	// Kind is Secret, ConfigMap, Service, Deployment,
+	// PodDisruptionBudget or NetworkPolicy.
 	Kind string
 	Name string
 	// Retainable objects outlive the ApiServerConfig with deletionPolicy
@@ -81,6 +81,7 @@ type Owned struct {
 func OwnedObjects(name string) []Owned {
 	out := []Owned{
 		{Kind: "PodDisruptionBudget", Name: DeploymentName(name)},
+		{Kind: "NetworkPolicy", Name: NetworkPolicyName(name)},
 		{Kind: "Deployment", Name: DeploymentName(name)},
 		{Kind: "Service", Name: ServiceName(name)},
 		{Kind: KindConfigMap, Name: ConfigMapName(name)},

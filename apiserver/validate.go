@@ -54,6 +54,8 @@ func Validate(cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
 	errs = append(errs, validateExtraArgs(spec.ExtraArgs, v, catalog, specPath.Child("extraArgs"), &warnings)...)
 	errs = append(errs, validatePolicy(cfg, spec, catalog)...)
 	errs = append(errs, validateMaintenance(spec.Maintenance, specPath.Child("maintenance"))...)
+	placement := newEtcdPlacement(&spec.Etcd)
+	warnings = append(warnings, networkPolicyWarnings(spec, &placement)...)
 	if catalog != nil {
 		for i, o := range spec.Etcd.Overrides {
 			errs = append(errs, validateResource(o.Group, o.Resource, catalog, specPath.Child("etcd", "overrides").Index(i))...)

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Finalizer holds an ApiServerConfig until the operator removed what it
@@ -257,6 +259,7 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Secret{}, owned).
 		Owns(&corev1.ConfigMap{}, owned).
 		Owns(&policyv1.PodDisruptionBudget{}, owned).
+		Owns(&networkingv1.NetworkPolicy{}, owned).
 		// The apiserver pods say why a rollout does not progress, and when
 		// the last one of a hibernating tenant is gone.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podOwner))
@@ -336,6 +339,7 @@ func CacheOptions(watchFilter string) cache.Options {
 			&corev1.Service{}:                   owned,
 			&appsv1.Deployment{}:                owned,
 			&policyv1.PodDisruptionBudget{}:     owned,
+			&networkingv1.NetworkPolicy{}:       owned,
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -412,7 +413,7 @@ func TestApiServerConfigReconciler_DeletionCleansUpAndRetainKeepsTheCA(t *testin
 			return errors.New("still there")
 		})
 		left := map[string]bool{}
-		for _, list := range []client.ObjectList{&corev1.SecretList{}, &corev1.ConfigMapList{}, &corev1.ServiceList{}, &appsv1.DeploymentList{}, &policyv1.PodDisruptionBudgetList{}} {
+		for _, list := range []client.ObjectList{&corev1.SecretList{}, &corev1.ConfigMapList{}, &corev1.ServiceList{}, &appsv1.DeploymentList{}, &policyv1.PodDisruptionBudgetList{}, &networkingv1.NetworkPolicyList{}} {
 			if err := env.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{apiserver.NameLabel: name}); err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -293,6 +294,8 @@ func ownedObject(kind string) (client.Object, error) {
 	switch kind {
 	case "PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}, nil
+	case "NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, nil
 	case "Deployment":
 		return &appsv1.Deployment{}, nil
 	case "Service":

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,8 +99,8 @@ func (p *pass) referencedData() apiserver.ObjectData {
 }
 
 // applyObjects applies what the pass rendered, each object once: the
-// ConfigMap and the Secrets first (the pods mount them), then the
-// Deployment and its budget, unless an upgrade is held. When the rollout
+// ConfigMap, the Secrets (the pods mount them) and the NetworkPolicy first,
+// then the Deployment and its budget, unless an upgrade is held. When the rollout
 // does not progress, the pods or the Deployment say why. The Service was
 // applied by its own step.
 func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) error {
@@ -115,6 +116,19 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 	}
 	if err := r.applyEach(ctx, p.cfg, d.Secrets); err != nil {
 		return err
+	}
+	// Before the pods: an apiserver never runs without the isolation its
+	// spec asks for.
+	if d.NetworkPolicy != nil {
+		if err := r.apply(ctx, p.cfg, d.NetworkPolicy); err != nil {
+			return err
+		}
+		p.cfg.Status.NetworkPolicy = apiserver.DesiredNetworkPolicyStatus(p.c)
+	} else {
+		if err := r.deleteIfOwned(ctx, p.cfg, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.NetworkPolicyName(p.cfg.Name)}}); err != nil {
+			return err
+		}
+		p.cfg.Status.NetworkPolicy = nil
 	}
 	p.obs.certsReady = true
 	p.obs.certsMessage = fmt.Sprintf("Next renewal at %s", p.pki.nextRenewal.UTC().Format(time.RFC3339))

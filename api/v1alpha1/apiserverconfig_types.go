@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -190,6 +191,18 @@ type ApiServerConfigSpec struct {
 	// +optional
 	Maintenance *MaintenanceSpec `json:"maintenance,omitempty"`
 
+	// NetworkPolicy isolates the apiserver pods on the management
+	// cluster's network: a NetworkPolicy of the tenant lets clients reach
+	// the apiservers' port and lets the apiservers call only their etcd
+	// servers, DNS and the destinations listed here. Without it, whoever
+	// administers the tenant can register webhooks, aggregated APIs or
+	// authentication webhooks that make its apiservers call any address
+	// their pods reach. A new ApiServerConfig gets mode Enforced from
+	// admission; one created before the field existed keeps None until
+	// it is set. It takes a network plugin that enforces NetworkPolicy.
+	// +optional
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
 	// Restore starts the tenant from a backup (an ApiServerBackup of its
 	// namespace) instead of an empty prefix. It is read before the
 	// tenant's first apiserver starts, and may not change afterwards.
@@ -234,6 +247,40 @@ type ApiServerConfigSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
+// NetworkPolicyMode says whether the operator isolates a tenant's
+// apiservers with a NetworkPolicy.
+// +kubebuilder:validation:Enum=Enforced;None
+type NetworkPolicyMode string
+
+const (
+	// NetworkPolicyEnforced renders the tenant's NetworkPolicy.
+	NetworkPolicyEnforced NetworkPolicyMode = "Enforced"
+	// NetworkPolicyNone renders none, and deletes the one the operator
+	// made.
+	NetworkPolicyNone NetworkPolicyMode = "None"
+)
+
+// NetworkPolicySpec is the tenant's network isolation.
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Enforced' || !has(self.egress) || size(self.egress) == 0",message="egress is only read with mode Enforced"
+type NetworkPolicySpec struct {
+	// Mode is Enforced (a NetworkPolicy selects the apiserver pods) or
+	// None (no policy: the pods reach what the network lets them).
+	Mode NetworkPolicyMode `json:"mode"`
+
+	// Egress lists what the apiservers may call besides their etcd
+	// servers (allowed by address and port when spec.etcd names them by
+	// IP address) and DNS: admission, conversion and authentication
+	// webhooks, OIDC issuers, aggregated APIs, audit webhooks. Each entry
+	// is a NetworkPolicy egress rule; a destination reached through a
+	// Service is matched on the pods behind it. An etcd server given by
+	// host name needs an entry reaching it on its port, since a
+	// NetworkPolicy names addresses, not names.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	Egress []networkingv1.NetworkPolicyEgressRule `json:"egress,omitempty"`
 }
 
 // EndpointReconcilerType is kube-apiserver's --endpoint-reconciler-type.
@@ -1067,6 +1114,11 @@ type ApiServerConfigStatus struct {
 	// +optional
 	RestoredFrom string `json:"restoredFrom,omitempty"`
 
+	// NetworkPolicy is what the tenant's NetworkPolicy allows, as the
+	// operator last applied it; unset when the tenant has none.
+	// +optional
+	NetworkPolicy *NetworkPolicyStatus `json:"networkPolicy,omitempty"`
+
 	// AdminKubeconfigSecretName names the Secret, key value, that holds a
 	// kubeconfig with cluster-admin rights.
 	// +optional
@@ -1226,4 +1278,17 @@ type ApiServerConfigList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ApiServerConfig `json:"items"`
+}
+
+// NetworkPolicyStatus says what a tenant's NetworkPolicy lets through.
+type NetworkPolicyStatus struct {
+	// Name is the NetworkPolicy's, in the tenant's namespace.
+	Name string `json:"name"`
+	// Ingress says who may reach the apiservers, and on which port.
+	Ingress string `json:"ingress"`
+	// Egress lists what the apiservers may call: each etcd server allowed
+	// by address ("etcd 10.0.0.5:2379"), "DNS", and each rule of
+	// spec.networkPolicy.egress ("spec.networkPolicy.egress[0]").
+	// +listType=atomic
+	Egress []string `json:"egress"`
 }

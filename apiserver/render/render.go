@@ -92,6 +92,9 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	if pdb := desired.PodDisruptionBudget; pdb != nil {
 		objs = append(objs, pdb)
 	}
+	if np := desired.NetworkPolicy; np != nil {
+		objs = append(objs, np)
+	}
 	secrets := slices.SortedFunc(slices.Values(desired.Secrets), func(a, b *corev1.Secret) int { return strings.Compare(a.Name, b.Name) })
 	for _, s := range secrets {
 		objs = append(objs, redact(s))

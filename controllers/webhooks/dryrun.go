@@ -56,6 +56,9 @@ var (
 		"Service":             serviceSpec,
 		"Deployment":          field.NewPath("spec"),
 		"PodDisruptionBudget": field.NewPath("spec", "masterCount"),
+		// The spec's egress rules come first in the policy's, at the same
+		// index (the refusal's field names it).
+		"NetworkPolicy": field.NewPath("spec", "networkPolicy", "egress"),
 	}
 )
 
@@ -77,7 +80,7 @@ const DefaultManagementNodePortRange = "30000-32767"
 
 // DryRun asks the management cluster, with a server-side dry run, whether
 // it would take the objects of cfg that carry values of the spec (its
-// Service, Deployment and disruption budget): a node port already taken,
+// Service, Deployment, disruption budget and NetworkPolicy): a node port already taken,
 // requests above limits, a policy engine's refusal. The API server
 // validates and runs its admission on them and stores nothing. What it
 // refuses is returned at the spec field that produced it; a failure to ask
@@ -112,6 +115,9 @@ func DryRun(ctx context.Context, c client.Client, live client.Reader, cfg *v1alp
 	asked := []client.Object{objs.Service, objs.Deployment}
 	if objs.PodDisruptionBudget != nil {
 		asked = append(asked, objs.PodDisruptionBudget)
+	}
+	if objs.NetworkPolicy != nil {
+		asked = append(asked, objs.NetworkPolicy)
 	}
 	results := make([]error, len(asked))
 	g, gctx := errgroup.WithContext(ctx)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -192,6 +193,11 @@ func TestApiServerConfigValidator_RefusesWhatTheManagementClusterWouldRefuse(t *
 				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
 			}
+		}},
+		{"egress rule to a block that is no CIDR", "spec.networkPolicy.egress", "spec.egress[0].to[0].ipBlock.cidr", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced, Egress: []networkingv1.NetworkPolicyEgressRule{{
+				To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "192.0.2.300/32"}}},
+			}}}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
