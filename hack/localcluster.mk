@@ -5,6 +5,12 @@
 
 # containerd is pinned in test/localcluster/tools/go.mod; change both together.
 CONTAINERD_VERSION ?= v2.4.2
+# NetworkPolicy in the local cluster: SIG Network's implementation, built
+# from its module, in an image of its own (test/localcluster/networkpolicy.go).
+KUBE_NETWORK_POLICIES_VERSION ?= v0.8.0
+KUBE_NETWORK_POLICIES ?= $(LOCALBIN)/kube-network-policies-$(KUBE_NETWORK_POLICIES_VERSION)
+# The tag and the tarball's name are also in networkpolicy.go.
+KUBE_NETWORK_POLICIES_IMAGE := localhost/apiserver-operator/kube-network-policies:local
 LOCALCLUSTER_TOOLS_DIR := test/localcluster/tools
 LOCALCLUSTER_TOOLS_DEPS := $(LOCALCLUSTER_TOOLS_DIR)/go.mod $(LOCALCLUSTER_TOOLS_DIR)/go.sum
 # Where the cluster keeps all of its state; make cluster-down removes it.
@@ -19,7 +25,8 @@ PAUSE := $(LOCALBIN)/pause
 LOCALCLUSTER := $(LOCALBIN)/localcluster
 # One kube-apiserver image per bundled version, tagged with it.
 APISERVER_IMAGE_TARBALLS := $(foreach v,$(KUBE_VERSIONS),$(IMAGES_DIR)/kube-apiserver-$(v).tar)
-IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/operator.tar $(IMAGES_DIR)/etcd-dialer.tar
+IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/operator.tar $(IMAGES_DIR)/etcd-dialer.tar \
+	$(IMAGES_DIR)/kube-network-policies.tar
 LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(KUBE_APISERVERS) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES) $(VERSITYGW) $(METRICS_SERVER)
 LOCALCLUSTER_SOURCES := $(shell find test/localcluster -name '*.go' -not -path '*/tools/*' 2>/dev/null) go.mod go.sum
 
@@ -63,6 +70,19 @@ $(LOCALBIN)/etcd-dialer: $(ETCD_DIALER_SOURCES) go.mod go.sum | $(LOCALBIN)
 
 $(IMAGES_DIR)/etcd-dialer.tar: $(LOCALBIN)/etcd-dialer $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag $(ETCD_DIALER_IMAGE) --file $<:/etcd-dialer --entrypoint /etcd-dialer --user 65532 --output $@
+
+# Upstream's main (its Dockerfile builds ./cmd into /bin/netpol), installed
+# as go-install-tool installs the other tools, but static, for a scratch image.
+$(KUBE_NETWORK_POLICIES): | $(LOCALBIN)
+	@echo "Building kube-network-policies $(KUBE_NETWORK_POLICIES_VERSION) from source"
+	@set -e; tmp=$$(mktemp -d); \
+	GOBIN=$$tmp $(BUNDLED_GOENV) go install -ldflags "-s -w" sigs.k8s.io/kube-network-policies/cmd@$(KUBE_NETWORK_POLICIES_VERSION); \
+	mv $$tmp/cmd $@; \
+	rm -rf $$tmp
+
+# At the same path as in upstream's image.
+$(IMAGES_DIR)/kube-network-policies.tar: $(KUBE_NETWORK_POLICIES) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag $(KUBE_NETWORK_POLICIES_IMAGE) --file $<:/bin/netpol --entrypoint /bin/netpol --output $@
 
 # The operator image: the manager built static, as config/manager expects it.
 OPERATOR_IMAGE ?= localhost/apiserver-operator/manager:dev

@@ -19,6 +19,10 @@
 // Two TLS etcd servers with client-certificate authentication, a main one
 // and an events one, are reachable from pods for tenants' kube-apiservers; a
 // Secret with their client credentials is created in the cluster.
+//
+// NetworkPolicy is enforced, by SIG Network's kube-network-policies (see
+// networkpolicy.go): between pods and between pods and the host, not on
+// traffic from or to the node itself, as NetworkPolicy defines.
 package localcluster
 
 import (
@@ -28,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -260,6 +265,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := l.ensureNetwork(ctx); err != nil {
 		return nil, err
 	}
+	if err := l.ensureNetworkPolicyQueue(ctx); err != nil {
+		return nil, err
+	}
 	if err := l.cgroups().ensure(); err != nil {
 		return nil, err
 	}
@@ -284,6 +292,9 @@ func (l layout) checkBinaries() error {
 		if !exists(img) {
 			return fmt.Errorf("starting the local cluster: image tarball %s is missing: build it with `make localcluster-binaries`", img)
 		}
+	}
+	if !slices.ContainsFunc(l.Images, func(img string) bool { return filepath.Base(img) == networkPolicyImageTarball }) {
+		return fmt.Errorf("starting the local cluster: no image tarball %s among the images: build it with `make localcluster-binaries`", networkPolicyImageTarball)
 	}
 	return nil
 }

@@ -125,8 +125,7 @@ spec:
   versionPriority: 100
 `
 
-// applyMetricsServerObjects applies metricsServerObjects with kubectl
-// (server-side, so a second Up changes nothing).
+// applyMetricsServerObjects applies metricsServerObjects.
 func (l layout) applyMetricsServerObjects(ctx context.Context) error {
 	ca, err := os.ReadFile(l.pki.CertFile(clusterCA))
 	if err != nil {
@@ -138,13 +137,19 @@ func (l layout) applyMetricsServerObjects(ctx context.Context) error {
 		"${NODE_IP}", l.NodeIP,
 		"${CA_BUNDLE}", base64.StdEncoding.EncodeToString(ca),
 	).Replace(metricsServerObjects)
+	return l.applyManifest(ctx, "metrics-server's Service, APIService and rights", manifest)
+}
+
+// applyManifest applies manifest, which holds what, with kubectl
+// (server-side, so a second Up changes nothing).
+func (l layout) applyManifest(ctx context.Context, what, manifest string) error {
 	cmd := exec.CommandContext(ctx, l.bin("kubectl"), "--kubeconfig", l.kubeconfig("admin"),
 		"apply", "--server-side", "--field-manager=localcluster", "-f", "-")
 	cmd.Stdin = strings.NewReader(manifest)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("applying metrics-server's Service, APIService and rights: %w: %s", err, strings.TrimSpace(out.String()))
+		return fmt.Errorf("applying %s: %w: %s", what, err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }

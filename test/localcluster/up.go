@@ -250,13 +250,22 @@ func (l layout) startAll(ctx context.Context) error {
 	if err := l.importImages(ctx); err != nil {
 		return err
 	}
+	// Before kubelet, so that kube-network-policies' pod starts with the
+	// node; kube-system may be missing for a moment after the apiserver is
+	// ready.
+	if err := l.waitFor(ctx, "kube-network-policies' DaemonSet to be applied", nil, etcdReadyTimeout, l.applyNetworkPolicyObjects); err != nil {
+		return err
+	}
 	if err := startAndWait([]string{compKubelet, compKubeProxy}, "the node to be Ready and kube-proxy healthy", nodeReadyTimeout, l.nodeReady); err != nil {
 		return err
 	}
 	if err := l.applyMetricsServerObjects(ctx); err != nil {
 		return err
 	}
-	return startAndWait([]string{compMetricsServer}, "the resource metrics API to be served", nodeReadyTimeout, l.metricsAPIReady)
+	if err := startAndWait([]string{compMetricsServer}, "the resource metrics API to be served", nodeReadyTimeout, l.metricsAPIReady); err != nil {
+		return err
+	}
+	return l.waitFor(ctx, "kube-network-policies to enforce NetworkPolicy", []string{compKubelet}, nodeReadyTimeout, l.networkPolicyReady)
 }
 
 // waitFor polls ready until it succeeds, timeout passes, or one of the
