@@ -158,40 +158,25 @@ func (d *dialCounter) of(addr string) dials {
 	return d.counts[addr]
 }
 
-func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
-	dir := t.TempDir()
+// booted is a kube-apiserver started by boot.
+type booted struct {
+	c              *apiserver.Completed
+	encryptionKeys apiserver.EncryptionKeys
+	// root maps a path of the pod to where the test wrote it.
+	root      func(string) string
+	base      string
+	anonymous *http.Client
+	cs        *kubernetes.Clientset
+	dialed    *dialCounter
+}
+
+// boot runs the bundled kube-apiserver of cfg with exactly what the
+// operator renders (its PKI made here, encryption at rest as a new tenant
+// gets it), reaching etcd through the etcd dialer with etcdClient, a
+// certificate of etcdCA, and waits until it is ready.
+func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair) *booted {
+	t.Helper()
 	now := time.Now()
-
-	// Two etcd servers behind mutual TLS, as a platform would run them.
-	etcdCA := must(pki.NewSelfSignedCA("etcd-ca", ecdsa, 24*time.Hour, now))
-	mainEtcd, mainEtcdProcess, restartMainEtcd := etcdServer(t, dir, "main", etcdCA)
-	eventsEtcd, eventsEtcdProcess, _ := etcdServer(t, dir, "events", etcdCA)
-	etcdClient := must(pki.NewSignedCert(etcdCA, pki.EtcdClientCertConfig(), ecdsa, time.Hour, now))
-
-	port := freePort(t)
-	cfg := &v1alpha1.ApiServerConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: "boot", Namespace: "tenants"},
-		Spec: v1alpha1.ApiServerConfigSpec{
-			// kube-apiserver refuses a loopback advertise address with the
-			// lease and master-count reconcilers.
-			EndpointReconcilerType: v1alpha1.EndpointReconcilerNone,
-			Etcd: v1alpha1.EtcdSpec{
-				Servers:   []string{mainEtcd},
-				Prefix:    "/tenants/boot",
-				TLS:       &v1alpha1.EtcdTLS{SecretName: "etcd-client"},
-				Overrides: []v1alpha1.EtcdOverride{{Resource: "events", Servers: []string{eventsEtcd}}},
-			},
-			ServiceClusterIPRange: []string{"10.120.0.0/16"},
-			Serving:               v1alpha1.ServingSpec{SecurePort: int32(port)},
-			CacheSizing:           v1alpha1.CacheSizingSpec{DisabledResources: []v1alpha1.GroupResource{{Resource: "events"}}},
-			ExtraArgs:             []v1alpha1.ExtraArg{{Name: "bind-address", Value: "127.0.0.1"}},
-			// A namespace's events are limited to a burst of 5, so that
-			// the test sees the limit within a few writes.
-			Admission: v1alpha1.AdmissionSpec{EventRateLimit: &v1alpha1.EventRateLimitSpec{Limits: []v1alpha1.EventRateLimit{
-				{Type: "Server", QPS: 5000, Burst: 20000}, {Type: "Namespace", QPS: 1, Burst: 5},
-			}}},
-		},
-	}
 	if errs, _ := apiserver.Validate(cfg); len(errs) > 0 {
 		t.Fatalf("the test spec is invalid: %v", errs.ToAggregate())
 	}
@@ -258,14 +243,13 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 		args[i] = strings.ReplaceAll(a, "=/var/log/kubernetes/", "="+root("/var/log/kubernetes")+"/")
 	}
 	start(t, dir, "kube-apiserver", args...)
-	mainAddr := strings.TrimPrefix(mainEtcd, "https://")
 
 	// What kubelet's probes see: the health endpoints answer without
 	// credentials although anonymous access is off.
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pki.TrustBundle(now, ca.Cert()))
 	anonymous := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "kubernetes.default.svc"}}}
-	base := fmt.Sprintf("https://127.0.0.1:%d", port)
+	base := fmt.Sprintf("https://127.0.0.1:%d", cfg.Spec.Serving.SecurePort)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := anonymous.Get(base + "/readyz")
@@ -301,6 +285,46 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	kubeconfig := must(pki.AdminKubeconfig("boot", base, pki.TrustBundle(now, ca.Cert()), admin.CertPEM(), must(admin.KeyPEM())))
 	restConfig := must(clientcmd.RESTConfigFromKubeConfig(kubeconfig))
 	cs := must(kubernetes.NewForConfig(restConfig))
+	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed}
+}
+
+func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+
+	// Two etcd servers behind mutual TLS, as a platform would run them.
+	etcdCA := must(pki.NewSelfSignedCA("etcd-ca", ecdsa, 24*time.Hour, now))
+	mainEtcd, mainEtcdProcess, restartMainEtcd := etcdServer(t, dir, "main", etcdCA)
+	eventsEtcd, eventsEtcdProcess, _ := etcdServer(t, dir, "events", etcdCA)
+	etcdClient := must(pki.NewSignedCert(etcdCA, pki.EtcdClientCertConfig(), ecdsa, time.Hour, now))
+
+	port := freePort(t)
+	cfg := &v1alpha1.ApiServerConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "boot", Namespace: "tenants"},
+		Spec: v1alpha1.ApiServerConfigSpec{
+			// kube-apiserver refuses a loopback advertise address with the
+			// lease and master-count reconcilers.
+			EndpointReconcilerType: v1alpha1.EndpointReconcilerNone,
+			Etcd: v1alpha1.EtcdSpec{
+				Servers:   []string{mainEtcd},
+				Prefix:    "/tenants/boot",
+				TLS:       &v1alpha1.EtcdTLS{SecretName: "etcd-client"},
+				Overrides: []v1alpha1.EtcdOverride{{Resource: "events", Servers: []string{eventsEtcd}}},
+			},
+			ServiceClusterIPRange: []string{"10.120.0.0/16"},
+			Serving:               v1alpha1.ServingSpec{SecurePort: int32(port)},
+			CacheSizing:           v1alpha1.CacheSizingSpec{DisabledResources: []v1alpha1.GroupResource{{Resource: "events"}}},
+			ExtraArgs:             []v1alpha1.ExtraArg{{Name: "bind-address", Value: "127.0.0.1"}},
+			// A namespace's events are limited to a burst of 5, so that
+			// the test sees the limit within a few writes.
+			Admission: v1alpha1.AdmissionSpec{EventRateLimit: &v1alpha1.EventRateLimitSpec{Limits: []v1alpha1.EventRateLimit{
+				{Type: "Server", QPS: 5000, Burst: 20000}, {Type: "Namespace", QPS: 1, Burst: 5},
+			}}},
+		},
+	}
+	b := boot(t, dir, cfg, etcdCA, etcdClient)
+	c, encryptionKeys, root, base, anonymous, cs, dialed := b.c, b.encryptionKeys, b.root, b.base, b.anonymous, b.cs, b.dialed
+	mainAddr := strings.TrimPrefix(mainEtcd, "https://")
 	info := must(cs.Discovery().ServerVersion())
 	if info.GitVersion != v1alpha1.BundledVersion {
 		t.Errorf("/version reports %s, want %s", info.GitVersion, v1alpha1.BundledVersion)
