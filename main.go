@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -87,6 +88,8 @@ type options struct {
 	watchFilter                  string
 	validatorDir                 string
 	backupDir                    string
+	datastoreNamespace           string
+	datastoreReload              time.Duration
 	webhookHost                  string
 	webhookPort                  int
 	nodePortRange                string
@@ -159,6 +162,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Admit only etcd prefixes under /tenants/<namespace>/ (what a tenant without a prefix gets), so that on an etcd shared by tenants of several namespaces none can take a prefix above another namespace's and refuse its tenants. Checked when a spec sets or changes its prefix.")
 	fs.BoolVar(&o.deletionConfirmation, "require-deletion-confirmation", false,
 		"Refuse the deletion of any ApiServerConfig whose deletion deletes its data (deletionPolicy Delete, a tenant that stored data) until it carries the annotation "+controlplanev1alpha1.ConfirmDeletionAnnotation+"=true, as the annotation "+controlplanev1alpha1.DeletionProtectionAnnotation+"=true does for one tenant. A namespace's deletion waits for it too.")
+	fs.StringVar(&o.datastoreNamespace, "etcd-datastore-namespace", "",
+		"Namespace of the platform's etcd datastores: Secrets labelled "+controllers.DatastoreLabel+"=true naming etcd servers run with authentication and their client CA, on which each tenant gets an etcd user limited to its prefix. Empty is the operator's own namespace ($POD_NAMESPACE).")
+	fs.DurationVar(&o.datastoreReload, "etcd-datastore-reload", controllers.DefaultDatastoreReload,
+		"How long the etcd datastores read last are used before they are listed again: a new or changed datastore is taken up within it.")
 	fs.StringVar(&o.backupDir, "backup-dir", "",
 		"The backup volume: where ApiServerBackups with storage.volume keep their archives, as <namespace>/<name>.backup (mount a persistent volume there). Empty refuses storage.volume.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
@@ -280,6 +287,10 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err := mgr.Add(tenants); err != nil {
 		return fmt.Errorf("adding the index of every ApiServerConfig: %w", err)
 	}
+	var datastores *controllers.Datastores
+	if ns := cmp.Or(o.datastoreNamespace, os.Getenv("POD_NAMESPACE")); ns != "" {
+		datastores = controllers.NewDatastores(mgr.GetAPIReader(), ns, o.datastoreReload)
+	}
 	reconciler := &controllers.ApiServerConfigReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
@@ -295,6 +306,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		RemovedAPIQuietPeriod:   o.removedAPIQuiet,
 		TenantIndex:             tenants,
 		BackupDir:               o.backupDir,
+		Datastores:              datastores,
 	}
 	if o.controllers {
 		if err := reconciler.SetupWithManager(mgr); err != nil {
@@ -303,6 +315,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		backups := &controllers.ApiServerBackupReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, Dir: o.backupDir,
+			Datastores: datastores,
 		}
 		if err := backups.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackup controller: %w", err)

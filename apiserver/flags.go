@@ -128,6 +128,11 @@ func managedFlags(c *Completed) []managedFlag {
 	if len(c.Etcd.Overrides) > 0 {
 		add("etcd-servers-overrides", "spec.etcd.overrides", c.Etcd.OverridesFlag())
 	}
+	if c.EtcdUser != "" {
+		// Its etcd user may not compact (EtcdRolePermissions): the
+		// platform compacts its datastore.
+		add("etcd-compaction-interval", "the platform's etcd datastore, which compacts itself", "0s")
+	}
 	if s.EndpointReconcilerType == v1alpha1.EndpointReconcilerMasterCount {
 		// Only the master-count reconciler reads it; it must be > 0, so a
 		// hibernated control plane keeps 1.

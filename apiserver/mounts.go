@@ -81,7 +81,8 @@ func MountedObjects(c *Completed) []MountedObject {
 		secret(ServiceAccountSecretName(n), true, file(ServiceAccountPrivateKeyKey, ServiceAccountSigningKeyFile), file(ServiceAccountPublicKeysKey, ServiceAccountKeyFile)),
 	}
 	if tls := c.Spec.Etcd.TLS; tls != nil {
-		out = append(out, secret(tls.SecretName, false, file(tls.CAKey, EtcdCAFile), file(tls.CertKey, EtcdCertFile), file(tls.KeyKey, EtcdKeyFile)))
+		// The operator's own for a tenant of a datastore (Completed.EtcdUser).
+		out = append(out, secret(tls.SecretName, c.EtcdUser != "", file(tls.CAKey, EtcdCAFile), file(tls.CertKey, EtcdCertFile), file(tls.KeyKey, EtcdKeyFile)))
 	}
 	config := MountedObject{Volume: "config", Kind: KindConfigMap, Name: ConfigMapName(n), Owned: true, WholeObject: true,
 		Files: []MountedFile{file(AuthenticationConfigKey, AuthenticationConfigFile), file(EgressSelectorConfigKey, EgressSelectorConfigFile)}}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	netutils "k8s.io/utils/net"
@@ -32,6 +33,11 @@ type Inputs struct {
 	// the tenant's etcd, for Auto cache sizing.
 	ObservedNodes *int64
 	ObservedPods  *int64
+	// EtcdUser is the tenant's own etcd user when its etcd servers are a
+	// datastore of the platform's (EtcdUserName): its apiservers then
+	// present a certificate the operator issues for that user
+	// (EtcdClientSecretName) instead of spec.etcd.tls's.
+	EtcdUser string
 }
 
 // SANs are the subject alternative names of the serving certificate.
@@ -77,6 +83,9 @@ type Completed struct {
 	// WatchFilter is the ApiServerConfig's WatchFilterLabel: the operator
 	// instance it belongs to, whose objects carry it too.
 	WatchFilter string
+	// EtcdUser is Inputs.EtcdUser: set, Spec.Etcd.TLS names the Secret
+	// the operator issues for it.
+	EtcdUser string
 }
 
 // WatchFilterLabel, on an ApiServerConfig, names the operator instance
@@ -103,6 +112,10 @@ func Complete(cfg *v1alpha1.ApiServerConfig, in Inputs) (*Completed, error) {
 		return nil, fmt.Errorf("parsing spec.version %q: %w", c.Spec.Version, err)
 	}
 	c.Version = v
+	if in.EtcdUser != "" {
+		c.EtcdUser = in.EtcdUser
+		c.Spec.Etcd.TLS = &v1alpha1.EtcdTLS{SecretName: EtcdClientSecretName(c.Name), CAKey: CABundleKey, CertKey: corev1.TLSCertKey, KeyKey: corev1.TLSPrivateKeyKey}
+	}
 	c.Etcd = newEtcdPlacement(&c.Spec.Etcd)
 	if c.Catalog, err = CatalogFor(v); err != nil {
 		return nil, err

@@ -32,6 +32,11 @@ type PKISecrets struct {
 	ServiceAccountPublicKeys []byte
 	// AdminKubeconfig is a kubeconfig with cluster-admin rights.
 	AdminKubeconfig []byte
+	// EtcdClient is the certificate of the tenant's etcd user, signed by
+	// the platform's datastore, and EtcdCA what verifies its etcd servers;
+	// nil unless Completed.EtcdUser is set.
+	EtcdClient *pki.KeyPair
+	EtcdCA     []byte
 
 	// During a rotation: the CA that will sign next, and the
 	// service-account key that will sign next (PEM private key).
@@ -151,6 +156,13 @@ func desiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
 		return nil, fmt.Errorf("building Secret %s/%s: no admin kubeconfig given", c.Namespace, AdminKubeconfigSecretName(c.Name))
 	}
 	out = append(out, secret(c, AdminKubeconfigSecretName(c.Name), corev1.SecretTypeOpaque, map[string][]byte{KubeconfigKey: p.AdminKubeconfig}))
+	if c.EtcdUser != "" {
+		s, err := tlsSecret(EtcdClientSecretName(c.Name), p.EtcdClient, map[string][]byte{CABundleKey: p.EtcdCA})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
 	for name, state := range map[string]rotation.State{CASecretName(c.Name): p.CARotation, ServiceAccountSecretName(c.Name): p.ServiceAccountKeyRotation} {
 		a, err := RotationAnnotations(state)
 		if err != nil {

@@ -119,6 +119,9 @@ type ApiServerConfigReconciler struct {
 	// BackupDir is the backup volume (--backup-dir), which a restore
 	// (spec.restore) reads archives from.
 	BackupDir string
+	// Datastores are the platform's etcd datastores (DatastoreLabel); nil
+	// knows none.
+	Datastores *Datastores
 
 	// removedAPIs counts, per tenant, the calls that hold its upgrade.
 	removedAPIs removedAPIWatch

@@ -59,6 +59,9 @@ type ApiServerBackupReconciler struct {
 	// Dir is the backup volume (--backup-dir); empty refuses volume
 	// storage.
 	Dir string
+	// Datastores are the platform's etcd datastores: a backup of a tenant
+	// on one reads as its root.
+	Datastores *Datastores
 }
 
 // SetupWithManager registers the reconciler: one backup at a time (each
@@ -165,7 +168,7 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 	if err != nil {
 		return 0, fail(v1alpha1.ReasonInvalidSpec, "the tenant's etcd cannot be found from its spec: %v", err)
 	}
-	tlsConfig, _, err := etcdTLS(ctx, r.APIReader, cfg, &c.Spec.Etcd)
+	tlsConfig, err := tenantEtcdTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, time.Now())
 	if err != nil {
 		r.setPhase(b, v1alpha1.BackupRunning, v1alpha1.ReasonReferenceMissing, err.Error())
 		return backupRetry, nil

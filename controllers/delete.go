@@ -47,6 +47,11 @@ func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1
 			return ctrl.Result{RequeueAfter: wait}, err
 		}
 	}
+	// Its etcd user goes with it (the same tenant created again gets it
+	// back, for what Retain kept).
+	if err := r.removeEtcdUser(ctx, cfg, r.Clock.Now()); err != nil {
+		return ctrl.Result{}, step("Delete", err)
+	}
 	for _, o := range apiserver.OwnedObjects(cfg.Name) {
 		obj, err := ownedObject(o.Kind)
 		if err != nil {
@@ -190,7 +195,7 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 			"The tenant's data is kept: the keys under %s on its etcd servers are also the data of %s, which deleting them would delete; set spec.deletionPolicy to Retain to let this ApiServerConfig go without its data",
 			prefix, strings.Join(slices.Compact(names), " and ")))
 	}
-	tlsConfig, _, err := etcdTLS(ctx, r.APIReader, cfg, &c.Spec.Etcd)
+	tlsConfig, err := tenantEtcdTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, r.Clock.Now())
 	if err != nil {
 		if remembered, ok := r.etcdClientTLS.Load(client.ObjectKeyFromObject(cfg)); ok {
 			if kept, isTLS := remembered.(*tls.Config); isTLS {

@@ -21,7 +21,9 @@ import (
 // etcd) and looks again soon.
 func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) error {
 	var err error
-	if p.etcdTLS, p.etcdTLSID, err = etcdTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
+	if ds := p.datastore; ds != nil {
+		p.etcdTLS, p.etcdTLSID = ds.root, ds.rootID
+	} else if p.etcdTLS, p.etcdTLSID, err = etcdTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
 		return err
 	}
 	// Kept for the deletion of the tenant's data, should the Secret go
@@ -36,12 +38,13 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 	if r.etcdWatch != nil {
 		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.etcdTLSID, tenantio.UnreachableEndpoint(p.obs.etcdErr))
 	}
-	if p.obs.etcdErr != nil {
-		ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", tenantio.Detail(p.obs.etcdErr))
-		p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdUnreachable, message: p.obs.etcdErr.Error(),
-			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdUnreachable, p.now)}
-		p.requeueWithin(etcdRetryInterval)
+	if p.obs.etcdErr == nil {
+		return r.ensureEtcdUser(ctx, p)
 	}
+	ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", tenantio.Detail(p.obs.etcdErr))
+	p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdUnreachable, message: p.obs.etcdErr.Error(),
+		since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdUnreachable, p.now)}
+	p.requeueWithin(etcdRetryInterval)
 	return nil
 }
 

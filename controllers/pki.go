@@ -78,7 +78,7 @@ func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, p *pass) e
 		return p.waitForWindow(fmt.Sprintf("the renewal of the %s certificate (due since %s, expires %s)", name,
 			pki.RenewAt(cert, p.c.Spec.Certificates.RenewalPercent).UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339)))
 	}
-	res, err := r.issuePKI(ctx, p.cfg, p.c, p.refs, p.now, holdRenewal)
+	res, err := r.issuePKI(ctx, p.cfg, p.c, p.refs, p.datastore, p.now, holdRenewal)
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, p *pass) e
 // CA that exists is never regenerated: a lost CA breaks every client.
 // A renewal for age alone of a leaf that kube-apiserver reads only at start
 // is skipped when holdRenewal says so.
-func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, refs client.Reader, now time.Time,
+func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, refs client.Reader, ds *datastore, now time.Time,
 	holdRenewal func(name string, cert *x509.Certificate) bool) (*pkiResult, error) {
 	certs := c.Spec.Certificates
 	alg := certs.KeyAlgorithm
@@ -158,6 +158,15 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	}
 	if s.FrontProxyClient, err = leaf("front-proxy-client", apiserver.FrontProxyClientSecretName(cfg.Name), s.FrontProxyCA, pki.FrontProxyClientCertConfig(), true); err != nil {
 		return nil, err
+	}
+
+	// A tenant of a datastore presents its etcd user's certificate, which
+	// the datastore's client CA signs (kube-apiserver reads it at start).
+	if ds != nil && c.EtcdUser != "" {
+		if s.EtcdClient, err = leaf("etcd-client", apiserver.EtcdClientSecretName(cfg.Name), ds.clientCA, etcdUserCertConfig(c.EtcdUser), true); err != nil {
+			return nil, err
+		}
+		s.EtcdCA = ds.serverCA
 	}
 
 	// The admin kubeconfig carries its own client certificate; it is

@@ -47,6 +47,8 @@ type pass struct {
 	pods    []corev1.Pod
 
 	pki *pkiResult
+	// datastore holds the tenant's etcd servers, nil when none does.
+	datastore *datastore
 	// etcdTLS is how the operator reaches etcd (nil without TLS).
 	etcdTLS   *tls.Config
 	etcdTLSID string
@@ -113,6 +115,7 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 		{"Workload", r.observeWorkload},
 		{"Keyspace", r.checkKeyspace},
 		{"References", r.checkReferences},
+		{"Datastore", r.findDatastore},
 		{"Service", r.reconcileService},
 		{"PKI", r.reconcilePKI},
 		{"Etcd", r.reconcileEtcd},

@@ -127,6 +127,10 @@ const (
 	// ReasonReferenceMissing: a Secret or ConfigMap the spec names, or one
 	// of its keys, does not exist.
 	ReasonReferenceMissing = "ReferenceMissing"
+	// ReasonEtcdDatastore: the platform's etcd datastore that holds the
+	// tenant's etcd servers cannot be used: its Secret is malformed, or
+	// the spec's servers are only partly on it.
+	ReasonEtcdDatastore = "EtcdDatastore"
 	// ReasonNameConflict: an object of a name the operator gives one of the
 	// tenant's objects exists and is someone else's; the operator leaves
 	// it untouched. It stalls at once: only a person can resolve it.

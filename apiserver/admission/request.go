@@ -99,6 +99,7 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 			FrontProxyCA: ca, FrontProxyCABundle: bundle, FrontProxyClient: frontProxy,
 			ServiceAccountSigningKey: saPrivate, ServiceAccountPublicKeys: saPublic,
 			AdminKubeconfig: []byte("unused"),
+			EtcdClient:      etcdClient, EtcdCA: bundle,
 		},
 		etcd:       map[string][]byte{"ca": bundle, "cert": etcdClient.CertPEM(), "key": etcdKey},
 		encryption: apiserver.EncryptionKey{Name: "validation", Provider: v1alpha1.EncryptionSecretbox, Secret: secret},
@@ -143,6 +144,9 @@ func StandIns(c *apiserver.Completed) (apiserver.Material, apiserver.Environment
 		return apiserver.Material{}, apiserver.Environment{}, fmt.Errorf("issuing the stand-in certificates: %w", err)
 	}
 	m := apiserver.Material{PKI: t.pki}
+	if c.EtcdUser == "" {
+		m.PKI.EtcdClient, m.PKI.EtcdCA = nil, nil // the user's Secret, stood in for below
+	}
 	var env apiserver.Environment
 	if o := c.Spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" {
 		env.OIDCCA = t.oidcCA

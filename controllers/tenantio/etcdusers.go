@@ -2,6 +2,7 @@ package tenantio
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -68,4 +69,29 @@ func RemoveEtcdUser(ctx context.Context, cli *clientv3.Client, name string) erro
 		return fmt.Errorf("deleting the etcd role %s: %w", name, err)
 	}
 	return nil
+}
+
+// EnsureUser is EnsureEtcdUser on the etcd of endpoints, reached as
+// tlsConfig's certificate (its root user).
+func (e EtcdV3) EnsureUser(ctx context.Context, endpoints []string, tlsConfig *tls.Config, name string, perms []apiserver.EtcdKeyRange) error {
+	cli, err := e.Client(endpoints, tlsConfig)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 4*e.RequestTimeout())
+	defer cancel()
+	return EnsureEtcdUser(ctx, cli, name, perms)
+}
+
+// RemoveUser is RemoveEtcdUser on the etcd of endpoints.
+func (e EtcdV3) RemoveUser(ctx context.Context, endpoints []string, tlsConfig *tls.Config, name string) error {
+	cli, err := e.Client(endpoints, tlsConfig)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 2*e.RequestTimeout())
+	defer cancel()
+	return RemoveEtcdUser(ctx, cli, name)
 }

@@ -54,6 +54,9 @@ type TenantEtcd struct {
 	SecretNamespace, SecretName string
 	// CAFile, CertFile and KeyFile are the same credentials on the host.
 	CAFile, CertFile, KeyFile string
+	// CAKeyFile is the key of the CA the servers trust for client
+	// certificates (CAFile's): what the operator's datastore Secret holds.
+	CAKeyFile string
 }
 
 func (l layout) tenantEtcd() TenantEtcd {
@@ -65,6 +68,7 @@ func (l layout) tenantEtcd() TenantEtcd {
 		CAFile:          l.pki.CertFile(etcdCA),
 		CertFile:        l.pki.CertFile(etcdTenantClient),
 		KeyFile:         l.pki.KeyFile(etcdTenantClient),
+		CAKeyFile:       l.pki.KeyFile(etcdCA),
 	}
 }
 

@@ -110,8 +110,11 @@ func (l layout) ensurePKI() error {
 		},
 		func() error {
 			return l.pki.ensureSigned(etcdCA, certSpec{
-				name: etcdTenantClient, commonName: "tenant-apiserver-etcd-client", usages: client,
+				name: etcdTenantClient, commonName: etcdTenantClientUserName, usages: client,
 			})
+		},
+		func() error {
+			return l.pki.ensureSigned(etcdCA, certSpec{name: etcdTenantRoot, commonName: "root", usages: client})
 		},
 	}
 	for _, u := range kubeconfigUsers {
@@ -233,6 +236,9 @@ func (l layout) startAll(ctx context.Context) error {
 		return l.waitFor(ctx, what, names, timeout, ready)
 	}
 	if err := startAndWait([]string{compEtcd, compTenantEtcdMain, compTenantEtcdEvents}, "the tenant etcd servers to be healthy over TLS", etcdReadyTimeout, l.tenantEtcdHealthy); err != nil {
+		return err
+	}
+	if err := l.enableTenantEtcdAuth(ctx); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(l.s3Dir(), 0o700); err != nil {

@@ -1,0 +1,91 @@
+package controllers
+
+import (
+	"context"
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+)
+
+// A tenant is on the datastore that holds every one of its etcd servers,
+// however the spec writes their host names; partly on one, it waits with
+// the reason; a datastore whose key material is broken holds its own
+// tenants, not the others.
+func TestDatastores_HoldTheTenantsWhoseServersAreAllTheirs(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	ca, err := pki.NewSelfSignedCA("etcd-client-ca", pki.KeyAlgorithmECDSAP256, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(name, endpoints string, data map[string][]byte) {
+		t.Helper()
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{DatastoreLabel: "true"}},
+			Data: map[string][]byte{datastoreEndpointsKey: []byte(endpoints)}}
+		for k, v := range data {
+			s.Data[k] = v
+		}
+		if err := env.Client.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := map[string][]byte{datastoreCAKey: ca.CertPEM(), datastoreClientCAKey: ca.CertPEM(), datastoreClientKeyKey: key}
+	create("shared", "https://10.0.0.1:2379,\nhttps://etcd.example.com:2379", good)
+	create("broken", "https://10.0.0.7:2379", map[string][]byte{datastoreCAKey: []byte("not PEM")})
+	create("no-endpoints", "", good)
+	// Not labelled: not a datastore.
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"},
+		Data: map[string][]byte{datastoreEndpointsKey: []byte("https://10.0.0.5:2379")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	d := NewDatastores(env.Client, ns, time.Minute)
+	spec := func(servers []string, override ...string) *v1alpha1.EtcdSpec {
+		s := &v1alpha1.EtcdSpec{Servers: servers}
+		if len(override) > 0 {
+			s.Overrides = []v1alpha1.EtcdOverride{{Resource: "events", Servers: override}}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name, want, err string
+		spec            *v1alpha1.EtcdSpec
+	}{
+		{"one server", "shared", "", spec([]string{"https://10.0.0.1:2379"})},
+		{"a host name written otherwise", "shared", "", spec([]string{"https://ETCD.example.com.:2379"}, "https://10.0.0.1:2379")},
+		{"a server elsewhere", "", "", spec([]string{"https://10.0.0.5:2379"})},
+		{"an override elsewhere", "", "some of spec.etcd's servers", spec([]string{"https://10.0.0.1:2379"}, "https://10.0.0.5:2379")},
+		{"a broken datastore", "", "no PEM certificate", spec([]string{"https://10.0.0.7:2379"})},
+	} {
+		ds, err := d.of(ctx, time.Now(), tc.spec)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want == "" && ds != nil:
+			t.Errorf("%s: on datastore %s, want none", tc.name, ds.name)
+		case tc.want != "" && (ds == nil || ds.name != tc.want):
+			t.Errorf("%s: on %v, want datastore %s", tc.name, ds, tc.want)
+		}
+	}
+	ds, _ := d.of(ctx, time.Now(), spec([]string{"https://10.0.0.1:2379"}))
+	if ds == nil || len(ds.root.Certificates) != 1 {
+		t.Fatalf("the operator has no certificate of the datastore: %+v", ds)
+	}
+	root, err := x509.ParseCertificate(ds.root.Certificates[0].Certificate[0])
+	if err != nil || root.Subject.CommonName != "root" || root.CheckSignatureFrom(ca.Cert()) != nil {
+		t.Errorf("the operator's certificate of the datastore is %v (%v), want root's, signed by its client CA", root.Subject, err)
+	}
+}
