@@ -235,8 +235,9 @@ type etcdUsers interface {
 }
 
 // findDatastore finds the datastore that holds the tenant's etcd servers:
-// the tenant then gets an etcd user of its own (Inputs.EtcdUser). A spec
-// only partly on one, or a datastore Secret that cannot be read, is an
+// the tenant then gets an etcd user of its own (Inputs.EtcdUser), and
+// status.etcdDatastore names it. A spec only partly on one, a datastore
+// Secret that cannot be read, or the tenant's datastore gone, is an
 // environment failure that ends the pass.
 func (r *ApiServerConfigReconciler) findDatastore(ctx context.Context, p *pass) error {
 	if r.Datastores == nil {
@@ -253,10 +254,22 @@ func (r *ApiServerConfigReconciler) findDatastore(ctx context.Context, p *pass) 
 	if err != nil {
 		return err
 	}
-	if ds != nil {
-		p.datastore = ds
-		p.in.EtcdUser = apiserver.EtcdUserName(p.cfg.Namespace, p.cfg.Name)
+	if ds == nil {
+		if was := p.cfg.Status.EtcdDatastore; was != "" {
+			// Its apiservers keep the certificate they run with: moving
+			// them to spec.etcd.tls's is not the operator's guess to make.
+			p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdDatastore, message: fmt.Sprintf(
+				"the etcd datastore %s that holds the tenant's etcd servers is gone (no Secret labelled %s in %s names them): the apiservers keep running as they are; restore the Secret (the platform's, in the operator's namespace)",
+				was, DatastoreLabel, r.Datastores.namespace),
+				since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdDatastore, p.now)}
+			p.requeueWithin(r.Datastores.reload)
+			p.done = true
+		}
+		return nil
 	}
+	p.datastore = ds
+	p.in.EtcdUser = apiserver.EtcdUserName(p.cfg.Namespace, p.cfg.Name)
+	p.cfg.Status.EtcdDatastore = ds.name
 	return nil
 }
 

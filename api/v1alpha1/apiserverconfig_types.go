@@ -1114,6 +1114,14 @@ type ApiServerConfigStatus struct {
 	// +optional
 	RestoredFrom string `json:"restoredFrom,omitempty"`
 
+	// EtcdDatastore names the platform's etcd datastore that holds the
+	// tenant's etcd servers, where it has an etcd user of its own: set once
+	// the tenant is on it, it stays, so that a datastore that goes away
+	// stalls the tenant instead of moving its apiservers to another
+	// certificate.
+	// +optional
+	EtcdDatastore string `json:"etcdDatastore,omitempty"`
+
 	// NetworkPolicy is what the tenant's NetworkPolicy allows, as the
 	// operator last applied it; unset when the tenant has none.
 	// +optional

@@ -58,6 +58,9 @@ func TestOperator_TenantsOnADatastoreCannotReadEachOthersKeys(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Secrets(ds.Namespace).Delete(context.Background(), ds.Name, metav1.DeleteOptions{})
+		// The next test's tenants are created once the operator knows the
+		// datastore is gone (it reads its datastores again after 1 s).
+		time.Sleep(2 * time.Second)
 	})
 	// The e2e operator reads its datastores again after 1 s.
 	time.Sleep(2 * time.Second)
@@ -87,6 +90,13 @@ func TestOperator_TenantsOnADatastoreCannotReadEachOthersKeys(t *testing.T) {
 	}
 	for _, cfg := range []*v1alpha1.ApiServerConfig{a, b} {
 		certOf(cfg)
+		got := &v1alpha1.ApiServerConfig{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cfg), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.EtcdDatastore != ds.Name {
+			t.Errorf("%s's status.etcdDatastore is %q, want %s", cfg.Name, got.Status.EtcdDatastore, ds.Name)
+		}
 		d := &appsv1.Deployment{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, d); err != nil {
 			t.Fatal(err)
