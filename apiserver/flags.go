@@ -128,11 +128,6 @@ func managedFlags(c *Completed) []managedFlag {
 	if len(c.Etcd.Overrides) > 0 {
 		add("etcd-servers-overrides", "spec.etcd.overrides", c.Etcd.OverridesFlag())
 	}
-	if c.EtcdUser != "" {
-		// Its etcd user may not compact (EtcdRolePermissions): the
-		// platform compacts its datastore.
-		add("etcd-compaction-interval", "the platform's etcd datastore, which compacts itself", "0s")
-	}
 	if s.EndpointReconcilerType == v1alpha1.EndpointReconcilerMasterCount {
 		// Only the master-count reconciler reads it; it must be > 0, so a
 		// hibernated control plane keeps 1.
@@ -240,6 +235,12 @@ func defaultFlags(c *Completed) []managedFlag {
 	}
 	if c.Spec.Serving.TLS.MinVersion == "VersionTLS12" && len(c.Spec.Serving.TLS.CipherSuites) == 0 {
 		f = append(f, managedFlag{"tls-cipher-suites", []string{strings.Join(secureCipherSuites, ",")}, ""})
+	}
+	if c.EtcdUser != "" {
+		// Its etcd user may not compact (etcd allows Compact to root
+		// alone): the platform compacts its datastore. A user's value
+		// wins, and etcd refuses its compactions.
+		f = append(f, managedFlag{"etcd-compaction-interval", []string{"0s"}, ""})
 	}
 	return f
 }

@@ -19,7 +19,9 @@ import (
 // DNS is where the tenant's apiservers resolve names (OIDC issuers, etcd
 // servers, webhooks given by host name): the cluster DNS as kubeadm and
 // most distributions label it. A DNS cache on the node (NodeLocal
-// DNSCache) needs no rule: a pod always reaches its own node.
+// DNSCache) is on the node's address: whether a pod may reach its own node
+// under a policy depends on the network plugin (some always allow it,
+// Calico and Cilium police it), so it needs a rule of the spec there.
 var (
 	dnsNamespaceSelector = map[string]string{corev1.LabelMetadataName: "kube-system"}
 	dnsPodSelector       = map[string]string{"k8s-app": "kube-dns"}
@@ -38,8 +40,7 @@ func NetworkPolicyName(name string) string { return DeploymentName(name) }
 // name is allowed by its port alone, on any address, unless a rule of the
 // spec reaches that port: admission warns. The spec's rules come first,
 // so that a refusal of the management cluster names them by their index.
-// Traffic between a pod and its own node is always allowed (kubelet's
-// probes, an etcd on the node): NetworkPolicy does not govern it.
+// Kubelet's probes come from the node, which every plugin lets in.
 func desiredNetworkPolicy(c *Completed) (*networkingv1.NetworkPolicy, *v1alpha1.NetworkPolicyStatus) {
 	np := c.Spec.NetworkPolicy
 	if np == nil || np.Mode != v1alpha1.NetworkPolicyEnforced {
@@ -57,8 +58,11 @@ func desiredNetworkPolicy(c *Completed) (*networkingv1.NetworkPolicy, *v1alpha1.
 		prefix, port, ok := etcdAddressPeer(a)
 		if !ok {
 			port, ok = etcdNamePort(a)
-			if !ok || egressReachesPort(np.Egress, port) {
-				status.Egress = append(status.Egress, "etcd "+a+" (by spec.networkPolicy.egress)")
+			if !ok {
+				continue
+			}
+			if i := egressRuleForPort(np.Egress, port); i >= 0 {
+				status.Egress = append(status.Egress, fmt.Sprintf("etcd %s (by spec.networkPolicy.egress[%d])", a, i))
 				continue
 			}
 			if !anyTo[port] {
@@ -152,9 +156,9 @@ func networkPolicyWarnings(spec *v1alpha1.ApiServerConfigSpec, etcd *EtcdPlaceme
 		if _, _, ok := etcdAddressPeer(a); ok {
 			continue
 		}
-		if port, ok := etcdNamePort(a); ok && !egressReachesPort(np.Egress, port) {
+		if port, ok := etcdNamePort(a); ok && egressRuleForPort(np.Egress, port) < 0 {
 			warnings = append(warnings, fmt.Sprintf(
-				"spec.networkPolicy: etcd server %s is given by host name, which a NetworkPolicy cannot name, so the apiservers may call TCP port %d of any address: add a rule to spec.networkPolicy.egress that reaches it on that port (its pods by selector, its addresses by ipBlock), or give the server by IP address",
+				"spec.networkPolicy: etcd server %s is given by host name, which a NetworkPolicy cannot name, so the apiservers may call TCP port %d of any address: add a rule to spec.networkPolicy.egress that names that port and reaches the server (its pods by selector, its addresses by ipBlock), or give the server by IP address",
 				a, port))
 		}
 	}
@@ -164,7 +168,7 @@ func networkPolicyWarnings(spec *v1alpha1.ApiServerConfigSpec, etcd *EtcdPlaceme
 			if p := u.Port(); p != "" {
 				port, err = strconv.ParseInt(p, 10, 32)
 			}
-			if err == nil && !egressReachesPort(np.Egress, int32(port)) {
+			if err == nil && egressRuleForPort(np.Egress, int32(port)) < 0 {
 				warnings = append(warnings, fmt.Sprintf(
 					"spec.networkPolicy: no rule of spec.networkPolicy.egress reaches TCP port %d, where the OIDC issuer %s serves: the apiservers cannot fetch its keys, and refuse its tokens",
 					port, o.IssuerURL))
@@ -174,31 +178,27 @@ func networkPolicyWarnings(spec *v1alpha1.ApiServerConfigSpec, etcd *EtcdPlaceme
 	return warnings
 }
 
-// egressReachesPort: some rule lets TCP through to port, on whatever
-// destinations it names.
-func egressReachesPort(rules []networkingv1.NetworkPolicyEgressRule, port int32) bool {
-	for _, r := range rules {
-		if len(r.Ports) == 0 {
-			return true
-		}
+// egressRuleForPort is the index of the first rule that names TCP port
+// (by number, or in a range), -1 when none does. A rule without ports
+// opens every port of its destinations, which says nothing of where etcd
+// is: it does not count.
+func egressRuleForPort(rules []networkingv1.NetworkPolicyEgressRule, port int32) int {
+	for i, r := range rules {
 		for _, p := range r.Ports {
 			if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP {
 				continue
 			}
-			if p.Port == nil {
-				return true
-			}
-			if p.Port.Type != intstr.Int {
-				continue // a named port is a container's, never etcd's number
+			if p.Port == nil || p.Port.Type != intstr.Int {
+				continue // every port, or a container's named port
 			}
 			end := p.Port.IntVal
 			if p.EndPort != nil {
 				end = *p.EndPort
 			}
 			if p.Port.IntVal <= port && port <= end {
-				return true
+				return i
 			}
 		}
 	}
-	return false
+	return -1
 }

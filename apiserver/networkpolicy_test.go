@@ -139,13 +139,22 @@ func TestNetworkPolicy_EtcdByHostNameIsAllowedByPortUnlessARuleReachesIt(t *test
 		t.Errorf("warnings %q, want one per server saying that its port is open to any address", w)
 	}
 
-	// A rule of the spec that reaches the port (here a port range to the
+	// A rule without ports (every port of one webhook) says nothing of
+	// where etcd is: the port stays open.
+	webhookOnly := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "192.0.2.10/32"}}}}
+	c = complete(t, policyConfig(names, nil, &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced, Egress: []networkingv1.NetworkPolicyEgressRule{webhookOnly}}), Inputs{})
+	np, _ = desiredNetworkPolicy(c)
+	if !slices.ContainsFunc(np.Spec.Egress, func(r networkingv1.NetworkPolicyEgressRule) bool { return len(r.To) == 0 }) {
+		t.Errorf("a rule without ports replaced the open etcd port, which would cut etcd off: %s", toYAML(t, np.Spec.Egress))
+	}
+
+	// A rule of the spec that names the port (here a port range to the
 	// etcd namespace) replaces the open one.
 	etcdPods := networkingv1.NetworkPolicyEgressRule{
 		To:    []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "etcd-system"}}}},
 		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(2000)), EndPort: ptr.To[int32](3000)}},
 	}
-	c = complete(t, policyConfig(names, nil, &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced, Egress: []networkingv1.NetworkPolicyEgressRule{etcdPods}}), Inputs{})
+	c = complete(t, policyConfig(names, nil, &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced, Egress: []networkingv1.NetworkPolicyEgressRule{webhookOnly, etcdPods}}), Inputs{})
 	np, status = desiredNetworkPolicy(c)
 	for _, r := range np.Spec.Egress {
 		if len(r.To) == 0 {
@@ -155,7 +164,7 @@ func TestNetworkPolicy_EtcdByHostNameIsAllowedByPortUnlessARuleReachesIt(t *test
 	if w := networkPolicyWarnings(&c.Spec, &c.Etcd); len(w) != 0 {
 		t.Errorf("warnings %q, want none once a rule reaches the port", w)
 	}
-	if !slices.Contains(status.Egress, "etcd etcd-0.etcd.etcd-system.svc:2379 (by spec.networkPolicy.egress)") {
+	if !slices.Contains(status.Egress, "etcd etcd-0.etcd.etcd-system.svc:2379 (by spec.networkPolicy.egress[1])") {
 		t.Errorf("status %q does not say which rule reaches etcd", status.Egress)
 	}
 }

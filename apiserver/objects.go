@@ -62,7 +62,7 @@ func AdminKubeconfigSecretName(name string) string  { return name + "-admin-kube
 func EncryptionSecretName(name string) string       { return name + "-encryption" }
 func ConfigMapName(name string) string              { return name + "-apiserver-config" }
 func DeploymentName(name string) string             { return name + "-apiserver" }
-func EtcdClientSecretName(name string) string       { return name + "-etcd-client" }
+func EtcdUserSecretName(name string) string         { return name + "-etcd-user" }
 
 // Owned is an object the operator creates for an ApiServerConfig.
 type Owned struct {
@@ -116,7 +116,7 @@ func OwnedSecrets(name string) []OwnedSecret {
 		{Name: FrontProxyClientSecretName(name), Keys: tls},
 		{Name: AdminKubeconfigSecretName(name), Keys: []string{KubeconfigKey}},
 		// Only for a tenant of a datastore (Completed.EtcdUser).
-		{Name: EtcdClientSecretName(name), Keys: ca},
+		{Name: EtcdUserSecretName(name), Keys: ca},
 		{Name: EncryptionSecretName(name), Keys: []string{EncryptionConfigKey, EncryptionKeysKey}, Retainable: true},
 		{Name: CASecretName(name), Keys: ca, Retainable: true},
 		{Name: FrontProxyCASecretName(name), Keys: ca, Retainable: true},

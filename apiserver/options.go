@@ -36,7 +36,7 @@ type Inputs struct {
 	// EtcdUser is the tenant's own etcd user when its etcd servers are a
 	// datastore of the platform's (EtcdUserName): its apiservers then
 	// present a certificate the operator issues for that user
-	// (EtcdClientSecretName) instead of spec.etcd.tls's.
+	// (EtcdUserSecretName) instead of spec.etcd.tls's.
 	EtcdUser string
 }
 
@@ -114,7 +114,7 @@ func Complete(cfg *v1alpha1.ApiServerConfig, in Inputs) (*Completed, error) {
 	c.Version = v
 	if in.EtcdUser != "" {
 		c.EtcdUser = in.EtcdUser
-		c.Spec.Etcd.TLS = &v1alpha1.EtcdTLS{SecretName: EtcdClientSecretName(c.Name), CAKey: CABundleKey, CertKey: corev1.TLSCertKey, KeyKey: corev1.TLSPrivateKeyKey}
+		c.Spec.Etcd.TLS = &v1alpha1.EtcdTLS{SecretName: EtcdUserSecretName(c.Name), CAKey: CABundleKey, CertKey: corev1.TLSCertKey, KeyKey: corev1.TLSPrivateKeyKey}
 	}
 	c.Etcd = newEtcdPlacement(&c.Spec.Etcd)
 	if c.Catalog, err = CatalogFor(v); err != nil {

@@ -157,7 +157,7 @@ func desiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
 	}
 	out = append(out, secret(c, AdminKubeconfigSecretName(c.Name), corev1.SecretTypeOpaque, map[string][]byte{KubeconfigKey: p.AdminKubeconfig}))
 	if c.EtcdUser != "" {
-		s, err := tlsSecret(EtcdClientSecretName(c.Name), p.EtcdClient, map[string][]byte{CABundleKey: p.EtcdCA})
+		s, err := tlsSecret(EtcdUserSecretName(c.Name), p.EtcdClient, map[string][]byte{CABundleKey: p.EtcdCA})
 		if err != nil {
 			return nil, err
 		}

@@ -168,7 +168,7 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 	if err != nil {
 		return 0, fail(v1alpha1.ReasonInvalidSpec, "the tenant's etcd cannot be found from its spec: %v", err)
 	}
-	tlsConfig, err := tenantEtcdTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, time.Now())
+	tlsConfig, err := tenantEtcdTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, r.Clock.Now())
 	if err != nil {
 		r.setPhase(b, v1alpha1.BackupRunning, v1alpha1.ReasonReferenceMissing, err.Error())
 		return backupRetry, nil

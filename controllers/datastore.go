@@ -15,9 +15,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -71,9 +73,14 @@ type datastore struct {
 	serverCA  []byte
 	clientCA  *pki.KeyPair
 	// root is the operator's TLS configuration as etcd's root user, and
-	// rootID the identity of the Secret's material (for the etcd watch).
+	// rootID the identity of the Secret's material (for the etcd watch):
+	// both stay while the Secret does, the certificate they present
+	// (rootCert, issued at rootIssued, under Datastores.mu) is renewed
+	// underneath, so that kept connections and configurations never
+	// present an expired one.
 	root       *tls.Config
 	rootID     string
+	rootCert   atomic.Pointer[tls.Certificate]
 	rootIssued time.Time
 	// version is the Secret's resourceVersion.
 	version string
@@ -93,16 +100,31 @@ type Datastores struct {
 	readAt time.Time
 	all    []*datastore
 	err    error
-	// ensured remembers, per tenant user, what its etcd user was last
-	// made to be, so that a pass does not ask etcd again for nothing.
-	ensured map[string]string
+	// ignored are the Secrets without endpoints, by name, at the
+	// resourceVersion last logged.
+	ignored map[string]string
+	// ensured remembers, per tenant user, what its etcd user was last made
+	// to be and when, so that a pass does not ask etcd again for nothing;
+	// an entry lasts ensuredFor, so that a user removed behind the
+	// operator's back (an etcd restored from a snapshot) comes back.
+	ensured map[string]ensuredUser
 }
+
+type ensuredUser struct {
+	what string
+	at   time.Time
+}
+
+// ensuredFor is how long a tenant's etcd user is taken to be as it was
+// made.
+const ensuredFor = time.Hour
 
 // NewDatastores reads the datastores of namespace (DatastoreLabel) with
 // reader, which reads the API server (the operator's cache holds only its
 // own objects).
 func NewDatastores(reader client.Reader, namespace string, reload time.Duration) *Datastores {
-	return &Datastores{reader: reader, namespace: namespace, reload: cmp.Or(reload, DefaultDatastoreReload), ensured: map[string]string{}}
+	return &Datastores{reader: reader, namespace: namespace, reload: cmp.Or(reload, DefaultDatastoreReload),
+		ignored: map[string]string{}, ensured: map[string]ensuredUser{}}
 }
 
 // of is the datastore that holds every etcd server of spec, nil when none
@@ -140,8 +162,10 @@ type datastoreError struct{ message string }
 
 func (e *datastoreError) Error() string { return e.message }
 
-// list reads the datastores again when the last read is older than
-// datastoreReload.
+// list reads the datastores again when the last read is older than the
+// reload interval. A failed read keeps what the last one found (and is
+// tried again after the interval): an API server that does not answer for
+// a moment moves no tenant.
 func (d *Datastores) list(ctx context.Context, now time.Time) ([]*datastore, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -150,33 +174,57 @@ func (d *Datastores) list(ctx context.Context, now time.Time) ([]*datastore, err
 	}
 	secrets := &corev1.SecretList{}
 	if err := d.reader.List(ctx, secrets, client.InNamespace(d.namespace), client.MatchingLabels{DatastoreLabel: "true"}); err != nil {
-		return nil, fmt.Errorf("listing the etcd datastores (Secrets labelled %s=true in %s): %w", DatastoreLabel, d.namespace, err)
+		err = fmt.Errorf("listing the etcd datastores (Secrets labelled %s=true in %s): %w", DatastoreLabel, d.namespace, err)
+		if d.readAt.IsZero() {
+			return nil, err
+		}
+		ctrl.LoggerFrom(ctx).Info("Keeping the etcd datastores read last", "error", err)
+		d.readAt = now
+		return d.all, d.err
 	}
 	previous := map[string]*datastore{}
 	for _, ds := range d.all {
 		previous[ds.name] = ds
 	}
 	var all []*datastore
-	var unusable []string
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		if old := previous[s.Name]; old != nil && old.version == s.ResourceVersion && now.Sub(old.rootIssued) < datastoreRootValidity/2 {
+		if old := previous[s.Name]; old != nil && old.version == s.ResourceVersion {
+			if old.err == nil && now.Sub(old.rootIssued) >= datastoreRootValidity/2 {
+				if err := old.renewRoot(now); err != nil {
+					ctrl.LoggerFrom(ctx).Error(err, "Renewing the operator's root certificate of an etcd datastore", "datastore", s.Name)
+				}
+			}
 			all = append(all, old)
 			continue
 		}
 		ds, err := readDatastore(s, now)
 		if err != nil {
 			// Without endpoints it holds no tenant's servers.
-			unusable = append(unusable, err.Error())
+			if d.ignored[s.Name] != s.ResourceVersion {
+				d.ignored[s.Name] = s.ResourceVersion
+				ctrl.LoggerFrom(ctx).Info("Ignoring an etcd datastore Secret", "problem", err.Error())
+			}
 			continue
 		}
 		all = append(all, ds)
 	}
-	if len(unusable) > 0 {
-		ctrl.Log.WithName("datastores").Info("Ignoring etcd datastore Secrets without endpoints", "problems", unusable)
-	}
 	d.readAt, d.all, d.err = now, all, nil
 	return d.all, d.err
+}
+
+// byName is the datastore of that name, nil when there is none.
+func (d *Datastores) byName(ctx context.Context, now time.Time, name string) (*datastore, error) {
+	all, err := d.list(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	for _, ds := range all {
+		if ds.name == name {
+			return ds, nil
+		}
+	}
+	return nil, nil
 }
 
 // readDatastore reads a datastore Secret and issues the operator's root
@@ -207,13 +255,12 @@ func readDatastore(s *corev1.Secret, now time.Time) (*datastore, error) {
 		return ds, nil
 	}
 	ds.clientCA = ca
-	root, err := pki.NewSignedCert(ca, etcdUserCertConfig("root"), pki.KeyAlgorithmOf(ca.Cert().PublicKey), datastoreRootValidity, now)
-	if err != nil {
-		ds.err = bad("issuing the operator's root certificate: %v", err)
+	if err := ds.renewRoot(now); err != nil {
+		ds.err = bad("%v", err)
 		return ds, nil
 	}
 	ds.root = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{root.Cert().Raw}, PrivateKey: root.Key()}}}
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return ds.rootCert.Load(), nil }}
 	sum := sha256.New()
 	for _, k := range slices.Sorted(maps.Keys(s.Data)) {
 		sum.Write([]byte(k))
@@ -221,6 +268,18 @@ func readDatastore(s *corev1.Secret, now time.Time) (*datastore, error) {
 	}
 	ds.rootID = "datastore:" + s.Name + ":" + hex.EncodeToString(sum.Sum(nil))[:16]
 	return ds, nil
+}
+
+// renewRoot issues the operator's root certificate of the datastore, which
+// its TLS configuration presents from then on.
+func (ds *datastore) renewRoot(now time.Time) error {
+	root, err := pki.NewSignedCert(ds.clientCA, etcdUserCertConfig("root"), pki.KeyAlgorithmOf(ds.clientCA.Cert().PublicKey), datastoreRootValidity, now)
+	if err != nil {
+		return fmt.Errorf("issuing the operator's root certificate: %w", err)
+	}
+	ds.rootCert.Store(&tls.Certificate{Certificate: [][]byte{root.Cert().Raw}, PrivateKey: root.Key(), Leaf: root.Cert()})
+	ds.rootIssued = now
+	return nil
 }
 
 // etcdUserCertConfig is the client certificate of the etcd user name.
@@ -255,16 +314,31 @@ func (r *ApiServerConfigReconciler) findDatastore(ctx context.Context, p *pass) 
 		return err
 	}
 	if ds == nil {
-		if was := p.cfg.Status.EtcdDatastore; was != "" {
-			// Its apiservers keep the certificate they run with: moving
-			// them to spec.etcd.tls's is not the operator's guess to make.
-			p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdDatastore, message: fmt.Sprintf(
-				"the etcd datastore %s that holds the tenant's etcd servers is gone (no Secret labelled %s in %s names them): the apiservers keep running as they are; restore the Secret (the platform's, in the operator's namespace)",
-				was, DatastoreLabel, r.Datastores.namespace),
-				since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdDatastore, p.now)}
-			p.requeueWithin(r.Datastores.reload)
-			p.done = true
+		was := p.cfg.Status.EtcdDatastore
+		if was == "" {
+			return nil
 		}
+		still, err := r.Datastores.byName(ctx, p.now, was)
+		if err != nil {
+			return err
+		}
+		if still != nil {
+			// The spec moved its servers off the datastore: its user
+			// there is left (see removeEtcdUser), the tenant goes on
+			// with spec.etcd.tls.
+			ctrl.LoggerFrom(ctx).Info("A tenant left its etcd datastore: its etcd user there stays until removed by hand",
+				"apiServerConfig", klog.KObj(p.cfg), "datastore", was, "user", apiserver.EtcdUserName(p.cfg.Namespace, p.cfg.Name))
+			p.cfg.Status.EtcdDatastore = ""
+			return nil
+		}
+		// Its apiservers keep the certificate they run with: moving them
+		// to spec.etcd.tls's is not the operator's guess to make.
+		p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdDatastore, message: fmt.Sprintf(
+			"the platform's etcd datastore %s, which holds the tenant's etcd servers and its etcd user, is gone: the apiservers keep running as they are until the platform declares it again",
+			was),
+			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdDatastore, p.now)}
+		p.requeueWithin(r.Datastores.reload)
+		p.done = true
 		return nil
 	}
 	p.datastore = ds
@@ -285,8 +359,9 @@ func (r *ApiServerConfigReconciler) ensureEtcdUser(ctx context.Context, p *pass)
 	perms := apiserver.EtcdRolePermissions(p.c.Spec.Etcd.Prefix)
 	want := fmt.Sprintf("%s|%v|%v", ds.rootID, perms, p.c.Etcd.Sets)
 	r.Datastores.mu.Lock()
-	done := r.Datastores.ensured[p.c.EtcdUser] == want
+	last := r.Datastores.ensured[p.c.EtcdUser]
 	r.Datastores.mu.Unlock()
+	done := last.what == want && p.now.Sub(last.at) < ensuredFor
 	if done {
 		return nil
 	}
@@ -296,7 +371,7 @@ func (r *ApiServerConfigReconciler) ensureEtcdUser(ctx context.Context, p *pass)
 		}
 	}
 	r.Datastores.mu.Lock()
-	r.Datastores.ensured[p.c.EtcdUser] = want
+	r.Datastores.ensured[p.c.EtcdUser] = ensuredUser{what: want, at: p.now}
 	r.Datastores.mu.Unlock()
 	return nil
 }
@@ -319,17 +394,23 @@ func tenantEtcdTLS(ctx context.Context, reader client.Reader, d *Datastores, cfg
 }
 
 // removeEtcdUser removes a deleted tenant's etcd user from every etcd it
-// stored in, when they are a datastore's.
+// stores in, on the datastore status.etcdDatastore names. When that
+// datastore is gone the user stays, and an event says how to remove it.
 func (r *ApiServerConfigReconciler) removeEtcdUser(ctx context.Context, cfg *v1alpha1.ApiServerConfig, now time.Time) error {
 	users, ok := r.Etcd.(etcdUsers)
-	if r.Datastores == nil || !ok {
+	if r.Datastores == nil || !ok || cfg.Status.EtcdDatastore == "" {
 		return nil
 	}
-	ds, err := r.Datastores.of(ctx, now, &cfg.Spec.Etcd)
-	if err != nil || ds == nil {
+	name := apiserver.EtcdUserName(cfg.Namespace, cfg.Name)
+	ds, err := r.Datastores.byName(ctx, now, cfg.Status.EtcdDatastore)
+	if err != nil {
 		return err
 	}
-	name := apiserver.EtcdUserName(cfg.Namespace, cfg.Name)
+	if ds == nil || ds.root == nil { // gone, or broken (datastore.err)
+		r.event(cfg, corev1.EventTypeWarning, v1alpha1.ReasonEtcdDatastore, "Delete",
+			"The etcd user %s stays: its datastore %s is gone or broken; remove it with etcdctl user delete %s and etcdctl role delete %s", name, cfg.Status.EtcdDatastore, name, name)
+		return nil
+	}
 	c, err := apiserver.Complete(cfg, apiserver.Inputs{EtcdUser: name})
 	if err != nil {
 		return err

@@ -21,7 +21,7 @@ import (
 func TestDatastores_HoldTheTenantsWhoseServersAreAllTheirs(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, nil)
-	ca, err := pki.NewSelfSignedCA("etcd-client-ca", pki.KeyAlgorithmECDSAP256, time.Hour, time.Now())
+	ca, err := pki.NewSelfSignedCA("etcd-client-ca", pki.KeyAlgorithmECDSAP256, 48*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,12 +80,31 @@ func TestDatastores_HoldTheTenantsWhoseServersAreAllTheirs(t *testing.T) {
 			t.Errorf("%s: on %v, want datastore %s", tc.name, ds, tc.want)
 		}
 	}
-	ds, _ := d.of(ctx, time.Now(), spec([]string{"https://10.0.0.1:2379"}))
-	if ds == nil || len(ds.root.Certificates) != 1 {
-		t.Fatalf("the operator has no certificate of the datastore: %+v", ds)
+	now := time.Now()
+	ds, _ := d.of(ctx, now, spec([]string{"https://10.0.0.1:2379"}))
+	if ds == nil {
+		t.Fatal("no datastore")
 	}
-	root, err := x509.ParseCertificate(ds.root.Certificates[0].Certificate[0])
-	if err != nil || root.Subject.CommonName != "root" || root.CheckSignatureFrom(ca.Cert()) != nil {
-		t.Errorf("the operator's certificate of the datastore is %v (%v), want root's, signed by its client CA", root.Subject, err)
+	rootCert := func() *x509.Certificate {
+		t.Helper()
+		cert, err := ds.root.GetClientCertificate(nil)
+		if err != nil || cert == nil {
+			t.Fatalf("the operator has no certificate of the datastore: %v", err)
+		}
+		root, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil || root.Subject.CommonName != "root" || root.CheckSignatureFrom(ca.Cert()) != nil {
+			t.Fatalf("the operator's certificate of the datastore is %v (%v), want root's, signed by its client CA", root.Subject, err)
+		}
+		return root
+	}
+	first := rootCert()
+	// Past half its life, the same configuration presents a new one.
+	later := now.Add(datastoreRootValidity/2 + time.Minute)
+	again, _ := d.of(ctx, later, spec([]string{"https://10.0.0.1:2379"}))
+	if again != ds {
+		t.Fatal("the datastore was read anew though its Secret did not change")
+	}
+	if renewed := rootCert(); renewed.SerialNumber.Cmp(first.SerialNumber) == 0 || !renewed.NotAfter.After(later) {
+		t.Errorf("the root certificate was not renewed at half its life: serial %v → %v, expires %v", first.SerialNumber, renewed.SerialNumber, renewed.NotAfter)
 	}
 }

@@ -163,7 +163,7 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	// A tenant of a datastore presents its etcd user's certificate, which
 	// the datastore's client CA signs (kube-apiserver reads it at start).
 	if ds != nil && c.EtcdUser != "" {
-		if s.EtcdClient, err = leaf("etcd-client", apiserver.EtcdClientSecretName(cfg.Name), ds.clientCA, etcdUserCertConfig(c.EtcdUser), true); err != nil {
+		if s.EtcdClient, err = leaf("etcd-user", apiserver.EtcdUserSecretName(cfg.Name), ds.clientCA, etcdUserCertConfig(c.EtcdUser), true); err != nil {
 			return nil, err
 		}
 		s.EtcdCA = ds.serverCA

@@ -84,7 +84,7 @@ type pass struct {
 func (p *pass) requeueWithin(d time.Duration) { p.requeue = sooner(p.requeue, d) }
 
 // complete completes the spec with what the pass knows so far. It is the
-// only caller of apiserver.Complete: the Service step calls it with the
+// pass's only call of apiserver.Complete: the Service step calls it with the
 // Service's addresses, the sizing step again when the counts it sizes for
 // moved.
 func (p *pass) complete() error {

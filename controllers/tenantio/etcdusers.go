@@ -18,8 +18,17 @@ import (
 // the user name, without a password (it authenticates by its client
 // certificate's common name), with a role of the same name that may read
 // and write exactly perms: a permission the role holds beyond them is
-// revoked. It is idempotent: every pass may call it.
+// revoked, and so is any other role of the user. An etcd that does not
+// enforce authentication is an error: its users keep nothing apart. It is
+// idempotent.
 func EnsureEtcdUser(ctx context.Context, cli *clientv3.Client, name string, perms []apiserver.EtcdKeyRange) error {
+	status, err := cli.AuthStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("asking etcd whether it enforces authentication: %w", err)
+	}
+	if !status.Enabled {
+		return errors.New("etcd does not enforce authentication, so a user of the tenant's own would keep nothing from it: turn it on (etcdctl auth enable), or take the servers out of the datastore Secret")
+	}
 	if _, err := cli.UserAddWithOptions(ctx, name, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
 		return fmt.Errorf("adding the etcd user %s: %w", name, err)
 	}
@@ -51,6 +60,19 @@ func EnsureEtcdUser(ctx context.Context, cli *clientv3.Client, name string, perm
 	}
 	if _, err := cli.UserGrantRole(ctx, name, name); err != nil {
 		return fmt.Errorf("granting the etcd user %s its role: %w", name, err)
+	}
+	// Its role alone: any other, granted by hand, goes.
+	user, err := cli.UserGet(ctx, name)
+	if err != nil {
+		return fmt.Errorf("reading the etcd user %s: %w", name, err)
+	}
+	for _, role := range user.Roles {
+		if role == name {
+			continue
+		}
+		if _, err := cli.UserRevokeRole(ctx, name, role); err != nil && !errors.Is(err, rpctypes.ErrRoleNotGranted) {
+			return fmt.Errorf("revoking role %s from the etcd user %s: %w", role, name, err)
+		}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -168,19 +169,23 @@ type booted struct {
 	anonymous *http.Client
 	cs        *kubernetes.Clientset
 	dialed    *dialCounter
+	// args is the command line the operator rendered.
+	args []string
 }
 
 // boot runs the bundled kube-apiserver of cfg with exactly what the
 // operator renders (its PKI made here, encryption at rest as a new tenant
 // gets it), reaching etcd through the etcd dialer with etcdClient, a
-// certificate of etcdCA, and waits until it is ready.
-func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair) *booted {
+// certificate of etcdCA, and waits until it is ready. etcdUser, when set,
+// is the tenant's etcd user on a datastore, whose certificate etcdClient
+// then is, as the operator renders such a tenant.
+func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, etcdUser string) *booted {
 	t.Helper()
 	now := time.Now()
 	if errs, _ := apiserver.Validate(cfg); len(errs) > 0 {
 		t.Fatalf("the test spec is invalid: %v", errs.ToAggregate())
 	}
-	c := must(apiserver.Complete(cfg, apiserver.Inputs{}))
+	c := must(apiserver.Complete(cfg, apiserver.Inputs{EtcdUser: etcdUser}))
 	// Encryption at rest as a new tenant gets it.
 	encryptionKeys, _, encErr := apiserver.NewEncryptionKeys(c.Spec.Encryption, false)
 	if encErr != nil {
@@ -204,9 +209,11 @@ func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 			FrontProxyCA: frontProxyCA, FrontProxyCABundle: pki.TrustBundle(now, frontProxyCA.Cert()), FrontProxyClient: frontProxyClient,
 			ServiceAccountSigningKey: must(sa.PrivateKeyPEM()), ServiceAccountPublicKeys: must(pki.PublicKeysPEM(sa.Public())),
 			AdminKubeconfig: must(pki.AdminKubeconfig(cfg.Name, c.Endpoint, caBundle, admin.CertPEM(), must(admin.KeyPEM()))),
+			EtcdClient:      etcdClient, EtcdCA: etcdCA.CertPEM(),
 		},
 		Encryption: &apiserver.EncryptionMaterial{Keys: encryptionKeys},
 	}, apiserver.Environment{}))
+	rendered := slices.Clone(objs.Args)
 	args := objs.Args
 	// The user's etcd client Secret.
 	for path, data := range map[string][]byte{
@@ -285,7 +292,7 @@ func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 	kubeconfig := must(pki.AdminKubeconfig("boot", base, pki.TrustBundle(now, ca.Cert()), admin.CertPEM(), must(admin.KeyPEM())))
 	restConfig := must(clientcmd.RESTConfigFromKubeConfig(kubeconfig))
 	cs := must(kubernetes.NewForConfig(restConfig))
-	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed}
+	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed, args: rendered}
 }
 
 func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
@@ -322,7 +329,7 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 			}}},
 		},
 	}
-	b := boot(t, dir, cfg, etcdCA, etcdClient)
+	b := boot(t, dir, cfg, etcdCA, etcdClient, "")
 	c, encryptionKeys, root, base, anonymous, cs, dialed := b.c, b.encryptionKeys, b.root, b.base, b.anonymous, b.cs, b.dialed
 	mainAddr := strings.TrimPrefix(mainEtcd, "https://")
 	info := must(cs.Discovery().ServerVersion())

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,8 +79,8 @@ func TestRenderedAPIServer_ServesWithAnEtcdUserLimitedToItsPrefix(t *testing.T) 
 		t.Errorf("b's role holds %v, want read and write on its prefix alone", role.Perm)
 	}
 
-	// Tenant a's kube-apiserver, with a certificate of its user, and no
-	// compactor (the operator renders that flag for such tenants).
+	// Tenant a's kube-apiserver, with a certificate of its user, rendered as
+	// the operator renders a tenant of a datastore (no compactor).
 	aCert := userCert(t, etcdCA, aUser)
 	cfg := &v1alpha1.ApiServerConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "tenants"},
@@ -88,13 +89,13 @@ func TestRenderedAPIServer_ServesWithAnEtcdUserLimitedToItsPrefix(t *testing.T) 
 			Etcd:                   v1alpha1.EtcdSpec{Servers: []string{endpoint}, Prefix: "/tenants/a", TLS: &v1alpha1.EtcdTLS{SecretName: "etcd-client"}},
 			ServiceClusterIPRange:  []string{"10.121.0.0/16"},
 			Serving:                v1alpha1.ServingSpec{SecurePort: int32(freePort(t))},
-			ExtraArgs: []v1alpha1.ExtraArg{
-				{Name: "bind-address", Value: "127.0.0.1"},
-				{Name: "etcd-compaction-interval", Value: "0"},
-			},
+			ExtraArgs:              []v1alpha1.ExtraArg{{Name: "bind-address", Value: "127.0.0.1"}},
 		},
 	}
-	a := boot(t, dir, cfg, etcdCA, aCert)
+	a := boot(t, dir, cfg, etcdCA, aCert, aUser)
+	if args := a.args; !slices.Contains(args, "--etcd-compaction-interval=0s") {
+		t.Errorf("a tenant with an etcd user of its own compacts: %q", args)
+	}
 	ns := must(a.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, metav1.CreateOptions{}))
 	must(a.cs.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "mine"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}))
 

@@ -76,7 +76,7 @@ func TestOperator_TenantsOnADatastoreCannotReadEachOthersKeys(t *testing.T) {
 	certOf := func(cfg *v1alpha1.ApiServerConfig) (*pki.KeyPair, []byte) {
 		t.Helper()
 		s := &corev1.Secret{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.EtcdClientSecretName(cfg.Name)}, s); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.EtcdUserSecretName(cfg.Name)}, s); err != nil {
 			t.Fatalf("the tenant's etcd client Secret: %v", err)
 		}
 		kp, err := pki.ParseKeyPair(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
@@ -108,13 +108,13 @@ func TestOperator_TenantsOnADatastoreCannotReadEachOthersKeys(t *testing.T) {
 		for _, v := range d.Spec.Template.Spec.Volumes {
 			if v.Projected != nil {
 				for _, src := range v.Projected.Sources {
-					mounted = mounted || (src.Secret != nil && src.Secret.Name == apiserver.EtcdClientSecretName(cfg.Name))
+					mounted = mounted || (src.Secret != nil && src.Secret.Name == apiserver.EtcdUserSecretName(cfg.Name))
 				}
 			}
-			mounted = mounted || (v.Secret != nil && v.Secret.SecretName == apiserver.EtcdClientSecretName(cfg.Name))
+			mounted = mounted || (v.Secret != nil && v.Secret.SecretName == apiserver.EtcdUserSecretName(cfg.Name))
 		}
 		if !mounted {
-			t.Errorf("%s's pods do not mount %s", cfg.Name, apiserver.EtcdClientSecretName(cfg.Name))
+			t.Errorf("%s's pods do not mount %s", cfg.Name, apiserver.EtcdUserSecretName(cfg.Name))
 		}
 	}
 
@@ -145,6 +145,20 @@ func TestOperator_TenantsOnADatastoreCannotReadEachOthersKeys(t *testing.T) {
 				return err
 			},
 			"list every key": func() error { _, err := cli.Get(ctx, "/", clientv3.WithPrefix()); return err },
+			"delete a's keys": func() error {
+				_, err := cli.Delete(ctx, apiserver.KeysUnder(a.Spec.Etcd.Prefix), clientv3.WithPrefix())
+				return err
+			},
+			"watch a's keys": func() error {
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				for resp := range cli.Watch(wctx, apiserver.KeysUnder(a.Spec.Etcd.Prefix), clientv3.WithPrefix()) {
+					if err := resp.Err(); err != nil {
+						return err
+					}
+				}
+				return errors.New("the watch ended without a refusal")
+			},
 		} {
 			if err := op(); !errors.Is(err, rpctypes.ErrPermissionDenied) && (err == nil || !strings.Contains(err.Error(), "permission denied")) {
 				t.Errorf("b could %s on %s: %v, want permission denied", what, url, err)
@@ -160,8 +174,9 @@ func TestOperator_TenantsOnADatastoreCannotReadEachOthersKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDeleted(t, c, b, 2*time.Minute)
-	root := tenantEtcd(t, te.MainURL)
-	if _, err := root.UserGet(ctx, apiserver.EtcdUserName(b.Namespace, b.Name)); !errors.Is(err, rpctypes.ErrUserNotFound) {
-		t.Errorf("b's etcd user after its deletion: %v, want not found", err)
+	for _, url := range []string{te.MainURL, te.EventsURL} {
+		if _, err := tenantEtcd(t, url).UserGet(ctx, apiserver.EtcdUserName(b.Namespace, b.Name)); !errors.Is(err, rpctypes.ErrUserNotFound) {
+			t.Errorf("b's etcd user on %s after its deletion: %v, want not found", url, err)
+		}
 	}
 }
