@@ -51,6 +51,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "validators" {
+		if err := runValidators(ctrl.SetupSignalHandler(), os.Args[2:], os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "apiserver-operator validators: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctrl.SetupSignalHandler(), flag.CommandLine, os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "apiserver-operator: %v\n", err)
 		os.Exit(1)
@@ -87,6 +94,8 @@ type options struct {
 	watchNamespaceFilter         string
 	watchFilter                  string
 	validatorDir                 string
+	validatorSocket              string
+	admissionRetainedData        bool
 	backupDir                    string
 	datastoreNamespace           string
 	datastoreReload              time.Duration
@@ -170,6 +179,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"The backup volume: where ApiServerBackups with storage.volume keep their archives, as <namespace>/<name>.backup (mount a persistent volume there). Empty refuses storage.volume.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+validatorpool.BinaryPrefix+"<version>): admission runs each version's own code on the rendered command line, and refuses every spec when its version's validator is missing. Default: the manager binary's directory.")
+	fs.StringVar(&o.validatorSocket, "validator-socket", "",
+		"Unix socket on which \"manager validators\" serves the validators, in a container of their own (config/webhook): they then run under a user of their own, without the service account token. Empty runs them in this process's own container, from --validator-dir.")
+	fs.BoolVar(&o.admissionRetainedData, "admission-checks-retained-data", true,
+		"Admission refuses an etcd prefix over the data a deleted tenant kept (deletionPolicy Retain), which it finds by the labels of the Secrets kept with it: that takes the right to list and watch Secrets. config/webhook turns it off, so that the webhook's ServiceAccount reads no Secret; the controllers then hold such a tenant (reason RetainedKeyspace) and touch none of the data.")
 	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
 		"Before a minor upgrade, how long no client may have called an API the target version no longer serves (as the running apiservers count them) before the upgrade goes ahead; the annotation "+apiserver.AllowRemovedAPICallsAnnotation+"=<version> lets it go at once.")
 	fs.DurationVar(&o.stallAfter, "stall-after", controllers.DefaultStallAfter,
@@ -202,6 +215,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	return o, nil
 }
+
+// skipControllerNameValidation lets the tests run a manager more than once
+// in one process: controller-runtime refuses a second controller of a name
+// (they would report the same metrics), which one manager per process never
+// has.
+var skipControllerNameValidation bool
 
 // defaultValidatorDir is the directory of the manager's own executable,
 // where the image and `make` put the validators.
@@ -265,6 +284,9 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         controllers.CacheOptions(o.watchFilter),
 	}
+	if skipControllerNameValidation {
+		mgrOpts.Controller.SkipNameValidation = &skipControllerNameValidation
+	}
 	if o.watchNamespaceFilter != "" {
 		mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{o.watchNamespaceFilter: {}}
 	}
@@ -280,7 +302,14 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 
 	// Every ApiServerConfig, whatever this instance watches: what
 	// admission and the deletion of a tenant's data compare a tenant with.
-	tenants, err := tenantindex.New(mgr.GetConfig(), mgr.GetScheme())
+	var indexOpts []tenantindex.Option
+	switch {
+	case !o.controllers && !o.admissionRetainedData:
+		indexOpts = append(indexOpts, tenantindex.WithoutRetainedData())
+	case o.watchNamespaceFilter != "":
+		indexOpts = append(indexOpts, tenantindex.RetainedDataIn(o.watchNamespaceFilter))
+	}
+	tenants, err := tenantindex.New(mgr.GetConfig(), mgr.GetScheme(), indexOpts...)
 	if err != nil {
 		return err
 	}
@@ -353,15 +382,17 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("--webhook-cert-management is %q: use self or external", o.webhookCerts)
 	}
 	if o.webhooks {
-		// Its own directory under /tmp (an emptyDir with a size limit):
-		// emptied at start of what a killed process left.
-		validators := validatorpool.NewPool(o.validatorDir, validatorpool.WorkDir(filepath.Join(os.TempDir(), "validators")))
-		if len(validators.Versions()) == 0 {
-			setupLog.Info("No kube-apiserver validator found: admission will refuse every ApiServerConfig of a bundled version", "validatorDir", o.validatorDir)
+		var validators validatorpool.Validator
+		// ready: the validators answer (always, in this process).
+		ready := func(context.Context) error { return nil }
+		if o.validatorSocket != "" {
+			remote := validatorpool.NewRemote(o.validatorSocket)
+			validators, ready = remote, remote.Ready
+		} else {
+			pool := startValidators(o.validatorDir, setupLog)
+			defer pool.Close()
+			validators = pool
 		}
-		// One process per version waits, started, for the first request.
-		validators.Warm()
-		defer validators.Close()
 		// The tenants' pods run on the manager's pod network: their
 		// --advertise-address has the family of the manager's own IP.
 		gates := &admission.Gates{ImageRepositories: o.allowedImages, PriorityClasses: o.allowedClasses, NamespacedEtcdPrefixes: o.namespacedPrefixes, DeletionConfirmation: o.deletionConfirmation}
@@ -378,6 +409,9 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		readyz = func(req *http.Request) error {
 			if stopping.Load() {
 				return errors.New("the webhook is shutting down")
+			}
+			if err := ready(req.Context()); err != nil {
+				return err
 			}
 			return started(req)
 		}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,10 +23,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
@@ -67,6 +72,7 @@ func get(c *http.Client, url, token string) (int, string, error) {
 }
 
 func TestManager_ServesProbesSecureMetricsAndElectsALeader(t *testing.T) {
+	skipControllerNameValidation = true // a second manager of this process
 	env, err := envtest.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -251,5 +257,150 @@ func TestDrain_ServesOnWithReadinessFailingAfterSIGTERM(t *testing.T) {
 	}
 	if drain(ctx, 0, &stopping) != ctx {
 		t.Error("without a delay the manager should stop with the signal")
+	}
+}
+
+// "manager validators" serves the validators on the socket the webhook's
+// --validator-socket names, and its --probe (the container's liveness)
+// fails until they answer.
+func TestValidators_ServeOnTheSocketAndProbe(t *testing.T) {
+	dir := t.TempDir()
+	socket := filepath.Join(t.TempDir(), "validators.sock")
+	probe := func() error {
+		return runValidators(context.Background(), []string{"--socket=" + socket, "--probe"}, io.Discard)
+	}
+	if err := probe(); err == nil {
+		t.Fatal("the probe passed with no validators serving")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- runValidators(ctx, []string{"--socket=" + socket, "--validator-dir=" + dir}, io.Discard)
+	}()
+	if err := poll(50, probe); err != nil {
+		t.Fatalf("the probe fails with the validators serving: %v", err)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("the validators did not stop cleanly: %v", err)
+	}
+	if err := runValidators(context.Background(), nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--socket") {
+		t.Errorf("no --socket gave %v, want a refusal naming it", err)
+	}
+}
+
+// config/namespaced: the controllers, with --watch-namespace and the
+// rights that overlay grants alone (their role in the tenants' namespace
+// and their own, every ApiServerConfig read-only), start and reconcile a
+// tenant of that namespace: its objects are written (its CA's Secret),
+// its status reported.
+func TestManager_RunsWithTheNamespacedOverlaysRightsAlone(t *testing.T) {
+	skipControllerNameValidation = true // a second manager of this process
+	env, err := envtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	ctx := context.Background()
+	const operatorNS, tenantsNS = "apiserver-operator-system", "tenants"
+	for _, ns := range []string{operatorNS, tenantsNS} {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The overlay's RBAC, as kubectl would apply it.
+	out, err := exec.Command(filepath.Join(envtest.BinDir(), "kustomize"), "build", filepath.Join(envtest.RepoRoot(), "config", "namespaced")).Output()
+	if err != nil {
+		t.Fatalf("kustomize build config/namespaced: %v", err)
+	}
+	var user string
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		switch u.GetKind() {
+		case "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ServiceAccount":
+			if err := env.Client.Create(ctx, u); err != nil {
+				t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
+			}
+		case "Deployment":
+			if u.GetName() == "apiserver-operator-controller-manager" {
+				user = "system:serviceaccount:" + u.GetNamespace() + ":" + u.GetName()
+				if args, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers"); len(args) == 0 ||
+					!strings.Contains(fmt.Sprint(args[0]), "--watch-namespace="+tenantsNS) {
+					t.Fatalf("the overlay's manager does not watch %s only", tenantsNS)
+				}
+			}
+		}
+	}
+	if user == "" {
+		t.Fatal("config/namespaced has no manager Deployment")
+	}
+	// The manager's kubeconfig: the test's, as the manager's ServiceAccount.
+	kubeconfig, err := clientcmd.Load(env.KubeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range kubeconfig.AuthInfos {
+		a.Impersonate = user
+		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNS, "system:authenticated"}
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kubeconfig, path); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", path)
+	t.Setenv("POD_NAMESPACE", operatorNS)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, flag.NewFlagSet("manager", flag.ContinueOnError), []string{
+			"--health-probe-bind-address=" + freePort(t), "--metrics-bind-address=0",
+			"--webhooks=false", "--watch-namespace=" + tenantsNS,
+		})
+	}()
+
+	cfg := &controlplanev1alpha1.ApiServerConfig{}
+	data, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "config", "samples", "controlplane_v1alpha1_apiserverconfig_minimal.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Namespace = tenantsNS
+	// On the test's etcd.
+	cfg.Spec.Etcd = controlplanev1alpha1.EtcdSpec{Servers: []string{env.ControlPlane.Etcd.URL.String()}, Prefix: "/tenants/tenants/minimal"}
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var conditions []metav1.Condition
+	var stopped error
+	if err := poll(150, func() error {
+		select {
+		case err := <-done:
+			stopped = fmt.Errorf("the manager stopped: %w", err)
+		default:
+		}
+		if stopped != nil {
+			return stopped
+		}
+		got := &controlplanev1alpha1.ApiServerConfig{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cfg), got); err != nil {
+			return err
+		}
+		if conditions = got.Status.Conditions; len(conditions) == 0 {
+			return errors.New("no status yet")
+		}
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: tenantsNS, Name: apiserver.CASecretName(cfg.Name)}, &corev1.Secret{})
+	}); err != nil {
+		t.Fatalf("the manager with the namespaced rights did not reconcile the tenant: %v (conditions %+v)", err, conditions)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("the manager stopped with an error: %v", err)
 	}
 }

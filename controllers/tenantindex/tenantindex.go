@@ -7,6 +7,7 @@ package tenantindex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -32,7 +33,33 @@ import (
 // replica runs).
 type Tenants struct {
 	cache cache.Cache
+	// retained: the index holds the Secrets deleted tenants kept (see
+	// WithoutRetainedData).
+	retained bool
 }
+
+// Option changes what the index holds.
+type Option func(*options)
+
+type options struct {
+	withoutRetained bool
+	retainedIn      string
+}
+
+// RetainedDataIn reads the Secrets deleted tenants kept in namespace only:
+// an instance with --watch-namespace, whose Secret rights are that
+// namespace's (config/namespaced), compares a tenant with the data kept in
+// its own namespace anyway (see RetainedOverlapping).
+func RetainedDataIn(namespace string) Option { return func(o *options) { o.retainedIn = namespace } }
+
+// WithoutRetainedData leaves out the Secrets deleted tenants kept: their
+// metadata is all the index reads of them, but reading it takes the right
+// to list and watch every Secret, which the webhook's ServiceAccount does
+// not have (config/webhook). RetainedOverlapping and RetainedBy then fail.
+func WithoutRetainedData() Option { return func(o *options) { o.withoutRetained = true } }
+
+// errNoRetainedData: the index was made WithoutRetainedData.
+var errNoRetainedData = errors.New("the index of every ApiServerConfig holds no retained data (WithoutRetainedData)")
 
 const (
 	generatedNamesIndex = "tenantindex.generatedNames"
@@ -54,17 +81,26 @@ func retainedSecrets() *metav1.PartialObjectMetadataList {
 }
 
 // New makes the index; it fills once started.
-func New(config *rest.Config, scheme *runtime.Scheme) (*Tenants, error) {
+func New(config *rest.Config, scheme *runtime.Scheme, opts ...Option) (*Tenants, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	marked, err := labels.NewRequirement(apiserver.RetainedDataLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, fmt.Errorf("selecting the Secrets deleted tenants kept: %w", err)
 	}
+	byObject := map[client.Object]cache.ByObject{&v1alpha1.ApiServerConfig{}: {}}
+	if !o.withoutRetained {
+		retained := cache.ByObject{Label: labels.NewSelector().Add(*marked)}
+		if o.retainedIn != "" {
+			retained.Namespaces = map[string]cache.Config{o.retainedIn: {}}
+		}
+		byObject[retainedSecret()] = retained
+	}
 	c, err := cache.New(config, cache.Options{
-		Scheme: scheme,
-		ByObject: map[client.Object]cache.ByObject{
-			&v1alpha1.ApiServerConfig{}: {},
-			retainedSecret():            {Label: labels.NewSelector().Add(*marked)},
-		},
+		Scheme:           scheme,
+		ByObject:         byObject,
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
 	if err != nil {
@@ -85,6 +121,9 @@ func New(config *rest.Config, scheme *runtime.Scheme) (*Tenants, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("indexing the ApiServerConfigs by their etcd keyspace: %w", err)
 	}
+	if o.withoutRetained {
+		return &Tenants{cache: c}, nil
+	}
 	if err := c.IndexField(ctx, retainedSecret(), keyspaceIndex, func(obj client.Object) []string {
 		k, ok, err := apiserver.RetainedKeyspace(obj.GetAnnotations())
 		if !ok || err != nil {
@@ -94,7 +133,7 @@ func New(config *rest.Config, scheme *runtime.Scheme) (*Tenants, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("indexing the Secrets deleted tenants kept by the etcd keyspace of their data: %w", err)
 	}
-	return &Tenants{cache: c}, nil
+	return &Tenants{cache: c, retained: true}, nil
 }
 
 // Start fills the index and keeps it current until ctx ends.
@@ -102,6 +141,10 @@ func (t *Tenants) Start(ctx context.Context) error { return t.cache.Start(ctx) }
 
 // NeedLeaderElection is false: every replica's webhook needs the index.
 func (t *Tenants) NeedLeaderElection() bool { return false }
+
+// HoldsRetainedData says whether the index holds the data deleted tenants
+// kept (it was not made WithoutRetainedData).
+func (t *Tenants) HoldsRetainedData() bool { return t.retained }
 
 // Reader reads the ApiServerConfigs the index holds.
 func (t *Tenants) Reader() client.Reader { return t.cache }
@@ -176,6 +219,9 @@ type Retained struct {
 // never starts anyway (the operator's data check finds keys it did not
 // write). Sorted by name.
 func (t *Tenants) RetainedOverlapping(ctx context.Context, cfg *v1alpha1.ApiServerConfig) ([]Retained, error) {
+	if !t.retained {
+		return nil, errNoRetainedData
+	}
 	found := map[string]Retained{}
 	for _, q := range apiserver.KeyspaceOf(&cfg.Spec.Etcd).OverlapQueries() {
 		list := retainedSecrets()
@@ -203,6 +249,9 @@ func (t *Tenants) RetainedOverlapping(ctx context.Context, cfg *v1alpha1.ApiServ
 // namespace/name kept, as its retained Secrets say; ok is false when it
 // kept none.
 func (t *Tenants) RetainedBy(ctx context.Context, namespace, name string) (k apiserver.EtcdKeyspace, ok bool, err error) {
+	if !t.retained {
+		return k, false, errNoRetainedData
+	}
 	list := retainedSecrets()
 	if err := t.cache.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{apiserver.NameLabel: name}); err != nil {
 		return k, false, fmt.Errorf("looking up the data ApiServerConfig %s/%s kept: %w", namespace, name, err)

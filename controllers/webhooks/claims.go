@@ -45,6 +45,11 @@ func sharedKeyspaces(ctx context.Context, tenants *tenantindex.Tenants, cfg *v1a
 	}
 	prefix := apiserver.KeyspaceOf(&cfg.Spec.Etcd).Prefix
 	if len(overlapping) == 0 {
+		if !tenants.HoldsRetainedData() {
+			// The webhook may not read Secrets (config/webhook): the
+			// controllers hold such a tenant instead (RetainedKeyspace).
+			return nil, nil
+		}
 		return retainedKeyspaces(ctx, tenants, cfg, prefix)
 	}
 	var others []string

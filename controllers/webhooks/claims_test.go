@@ -2,21 +2,27 @@ package webhooks
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 )
 
 func testNamespace(t *testing.T, prefix string) string {
@@ -223,4 +229,80 @@ func TestApiServerConfigDefaulter_ANewTenantGetsAnEtcdPrefixOfItsOwnAndKeepsIt(t
 	if prefixes[0] == prefixes[1] {
 		t.Fatalf("two tenants of generated names got the same prefix %s", prefixes[0])
 	}
+}
+
+// The webhook's ServiceAccount reads no Secret (config/rbac/webhook): its
+// index, made WithoutRetainedData under exactly the rights that role gives,
+// fills and compares tenants, and the retained data is left to the
+// controllers.
+func TestTenantIndex_WorksWithTheWebhooksRightsAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := testNamespace(t, "webhook-rights-")
+	const user = "system:serviceaccount:apiserver-operator-system:apiserver-operator-webhook"
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-role-"},
+		Rules:      webhookClusterRules(t),
+	}
+	if err := env.Client.Create(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-role-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	if err := env.Client.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), binding)
+		_ = env.Client.Delete(context.Background(), role)
+	})
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+
+	index, err := tenantindex.New(cfg, env.Scheme, tenantindex.WithoutRetainedData())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = index.Start(ctx) }()
+	createWhenCached(t, newConfig(ns, "a", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Prefix = "/rights/a" }))
+	other := newConfig(ns, "b", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Prefix = "/rights/a/b" })
+	var overlapping []v1alpha1.ApiServerConfig
+	for len(overlapping) == 0 && ctx.Err() == nil {
+		if overlapping, err = index.Overlapping(ctx, other); err != nil {
+			t.Fatalf("the index under the webhook's rights: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(overlapping) != 1 || overlapping[0].Name != "a" {
+		t.Fatalf("the index under the webhook's rights finds %v overlapping /rights/a/b, want a", overlapping)
+	}
+	if index.HoldsRetainedData() {
+		t.Error("an index made WithoutRetainedData says it holds the retained data")
+	}
+	if _, err := index.RetainedOverlapping(ctx, other); err == nil {
+		t.Error("an index without the retained data answered for it")
+	}
+}
+
+// webhookClusterRules are the rules of config/rbac/webhook's ClusterRole.
+func webhookClusterRules(t *testing.T) []rbacv1.PolicyRule {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "webhook", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
+			t.Fatal(err)
+		}
+		if role.Kind == "ClusterRole" {
+			return role.Rules
+		}
+	}
+	t.Fatal("config/rbac/webhook/role.yaml has no ClusterRole")
+	return nil
 }

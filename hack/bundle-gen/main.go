@@ -216,6 +216,10 @@ func generate(objs []*unstructured.Unstructured, o options, v semver.Version) (m
 					SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions,
 					ReinvocationPolicy: w.ReinvocationPolicy})
 			}
+		case gvk.Group == admissionregistrationv1.GroupName && (gvk.Kind == "ValidatingAdmissionPolicy" || gvk.Kind == "ValidatingAdmissionPolicyBinding"):
+			// OLM installs no admission policy from a bundle: the webhook's
+			// dry-run guard (config/webhook/dryrun_guard.yaml) is applied
+			// by hand there (docs/security.md).
 		case gvk.Group == admissionregistrationv1.GroupName:
 			return nil, fmt.Errorf("%s %s: only validating and mutating webhooks are translated to webhookdefinitions", gvk.Kind, u.GetName())
 		case gvk.Group == o.samplesGroup:

@@ -145,11 +145,26 @@ func TestOperator_TenantDataFollowsItsDeletionPolicy(t *testing.T) {
 	if kept[etcd.MainURL] < 1100 || kept[etcd.EventsURL] < 1 {
 		t.Fatalf("after a deletion with Retain, the etcds hold %v keys under %s/", kept, prefix)
 	}
-	// No other tenant may store there meanwhile.
+	// No other tenant may store there meanwhile. The webhook's
+	// ServiceAccount reads no Secret, so the controllers hold it: it never
+	// starts, and its deletion leaves the data alone.
 	other := localTenant(t, cfg.Namespace, "other")
 	other.Spec.Etcd.Prefix = prefix
-	if err := c.Create(ctx, other); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "the deleted ApiServerConfig lifecycle (prefix "+prefix+") kept") {
+	if err := c.Create(ctx, other); err != nil {
 		t.Fatalf("creating another tenant on the retained prefix: %v", err)
+	}
+	waitConditions(t, c, other, map[string]string{
+		v1alpha1.ConditionStalled: "True|the deleted ApiServerConfig lifecycle kept (deletionPolicy Retain)",
+	}, time.Minute)
+	if pods := apiserverPods(t, c, other); len(pods) > 0 {
+		t.Fatalf("the tenant on the retained prefix has %d apiserver pods", len(pods))
+	}
+	if err := c.Delete(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	waitDeleted(t, c, other, time.Minute)
+	if after := keysOn(t, prefix+"/"); after[etcd.MainURL] != kept[etcd.MainURL] || after[etcd.EventsURL] != kept[etcd.EventsURL] {
+		t.Fatalf("the other tenant's life changed the retained keys: %v, were %v", after, kept)
 	}
 
 	// Created again under its name, it takes everything back.

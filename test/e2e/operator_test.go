@@ -54,6 +54,10 @@ func run(t testing.TB, stdin []byte, name string, args ...string) (string, error
 	return string(out), err
 }
 
+// operatorDeployments are the operator's Deployments as config/default
+// installs them: the controllers and the webhook.
+var operatorDeployments = []string{"apiserver-operator-controller-manager", "apiserver-operator-webhook"}
+
 // installOperator installs the operator the way a user does,
 // `kustomize build config/default | kubectl apply -f -` (through the overlay
 // test/e2e/config, which only shortens --stall-after), once per run, and
@@ -76,15 +80,19 @@ func installOperator(t testing.TB) {
 			return
 		}
 		if getErr == nil {
-			if out, err := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "rollout", "restart", "deployment/apiserver-operator-controller-manager"); err != nil {
-				installErr = fmt.Errorf("restarting the operator: %w\n%s", err, out)
-				return
+			for _, d := range operatorDeployments {
+				if out, err := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "rollout", "restart", "deployment/"+d); err != nil {
+					installErr = fmt.Errorf("restarting the operator: %w\n%s", err, out)
+					return
+				}
 			}
 		}
-		if out, err := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "rollout", "status",
-			"deployment/apiserver-operator-controller-manager", "--timeout=180s"); err != nil {
-			installErr = fmt.Errorf("the operator did not become available: %w\n%s", err, out)
-			return
+		for _, d := range operatorDeployments {
+			if out, err := run(t, nil, "kubectl", "-n", "apiserver-operator-system", "rollout", "status",
+				"deployment/"+d, "--timeout=180s"); err != nil {
+				installErr = fmt.Errorf("the operator did not become available: %w\n%s", err, out)
+				return
+			}
 		}
 		fmt.Printf("Operator installed from config/default and available in %s\n", time.Since(start).Round(100*time.Millisecond))
 	})

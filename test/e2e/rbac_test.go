@@ -4,43 +4,218 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
-// The operator, as config/default installs it, may patch the caBundle of
-// its own webhook configurations and of no other: a webhook configuration
-// is how a hijacked operator would intercept every write of the cluster.
+const (
+	managerSA = "system:serviceaccount:apiserver-operator-system:apiserver-operator-controller-manager"
+	webhookSA = "system:serviceaccount:apiserver-operator-system:apiserver-operator-webhook"
+)
+
+// allowed asks the management cluster whether user may verb the resource.
+func allowed(t testing.TB, cs *kubernetes.Clientset, user string, attrs authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	review, err := cs.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attrs},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return review.Status.Allowed
+}
+
+// The operator, as config/default installs it, holds what each piece
+// needs: the webhook may patch the caBundle of its own webhook
+// configurations and of no other (a webhook configuration is how a
+// hijacked operator would intercept every write of the cluster), and
+// reads no Secret but its serving certificate's; the controllers touch no
+// webhook configuration.
 func TestOperator_PatchesOnlyItsOwnWebhookConfigurations(t *testing.T) {
 	installOperator(t)
 	cs := clientset(t)
-	const operator = "system:serviceaccount:apiserver-operator-system:apiserver-operator-controller-manager"
 	for _, tc := range []struct {
+		user                 string
 		verb, resource, name string
 		allowed              bool
 	}{
-		{"patch", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", true},
-		{"patch", "mutatingwebhookconfigurations", "apiserver-operator-mutating-webhook-configuration", true},
-		{"patch", "validatingwebhookconfigurations", "another-operators-webhooks", false},
-		{"patch", "mutatingwebhookconfigurations", "another-operators-webhooks", false},
-		{"list", "validatingwebhookconfigurations", "", false},
-		{"delete", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", false},
+		{webhookSA, "patch", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", true},
+		{webhookSA, "patch", "mutatingwebhookconfigurations", "apiserver-operator-mutating-webhook-configuration", true},
+		{webhookSA, "patch", "validatingwebhookconfigurations", "another-operators-webhooks", false},
+		{webhookSA, "patch", "mutatingwebhookconfigurations", "another-operators-webhooks", false},
+		{webhookSA, "list", "validatingwebhookconfigurations", "", false},
+		{webhookSA, "delete", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", false},
+		{managerSA, "patch", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", false},
+		{managerSA, "patch", "mutatingwebhookconfigurations", "apiserver-operator-mutating-webhook-configuration", false},
 	} {
-		review, err := cs.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{
-				User: operator,
-				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Group: "admissionregistration.k8s.io", Resource: tc.resource, Verb: tc.verb, Name: tc.name,
-				},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if review.Status.Allowed != tc.allowed {
-			t.Errorf("the operator may %s %s %q: %v, want %v", tc.verb, tc.resource, tc.name, review.Status.Allowed, tc.allowed)
+		if got := allowed(t, cs, tc.user, authorizationv1.ResourceAttributes{
+			Group: "admissionregistration.k8s.io", Resource: tc.resource, Verb: tc.verb, Name: tc.name,
+		}); got != tc.allowed {
+			t.Errorf("%s may %s %s %q: %v, want %v", tc.user, tc.verb, tc.resource, tc.name, got, tc.allowed)
 		}
 	}
+	for _, tc := range []struct {
+		verb, namespace, name string
+		allowed               bool
+	}{
+		{"get", "apiserver-operator-system", "apiserver-operator-webhook-cert", true},
+		{"get", "apiserver-operator-system", "a-datastore", false},
+		{"list", "apiserver-operator-system", "", false},
+		{"get", "tenant-a", "x-ca", false},
+		{"list", "", "", false},
+		{"watch", "", "", false},
+	} {
+		if got := allowed(t, cs, webhookSA, authorizationv1.ResourceAttributes{
+			Resource: "secrets", Verb: tc.verb, Namespace: tc.namespace, Name: tc.name,
+		}); got != tc.allowed {
+			t.Errorf("the webhook may %s Secrets %s/%q: %v, want %v", tc.verb, tc.namespace, tc.name, got, tc.allowed)
+		}
+	}
+}
+
+// The webhook's ServiceAccount may create the tenants' kinds of object for
+// its server-side dry runs only: the dry-run guard refuses a real write,
+// so a hijacked webhook cannot start a workload.
+func TestOperator_WebhookWritesOnlyInADryRun(t *testing.T) {
+	installOperator(t)
+	ns := tenantNamespace(t)
+	cfg, err := cluster.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Impersonate.UserName = webhookSA
+	cfg.Impersonate.Groups = []string{"system:serviceaccounts", "system:serviceaccounts:apiserver-operator-system", "system:authenticated"}
+	webhook, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "hijacked"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hijacked"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "localhost/apiserver-operator/nothing:v1"}}},
+			},
+		},
+	}
+	ctx := context.Background()
+	if _, err := webhook.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatalf("the webhook's dry run of a Deployment was refused: %v", err)
+	}
+	// The policy reaches the API server's admission within moments of
+	// the install; the suite installed it minutes ago, so one try tells.
+	_, err = webhook.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+	if err == nil {
+		_ = clientset(t).AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{})
+		t.Fatal("the webhook's ServiceAccount created a Deployment for real")
+	}
+	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "dry run") {
+		t.Fatalf("a real create by the webhook's ServiceAccount gave %v, want the dry-run guard's refusal", err)
+	}
+	t.Logf("Refused as expected: %v", err)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hijacked"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}},
+	}
+	if _, err := webhook.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "dry run") {
+		_ = clientset(t).CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{})
+		t.Fatalf("a real Service create by the webhook's ServiceAccount gave %v, want the dry-run guard's refusal", err)
+	}
+	// The guard stops no one else.
+	if _, err := clientset(t).CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the cluster's admin could not create a Service: %v", err)
+	}
+}
+
+// The validators, which run kube-apiserver's start-up code on the values
+// of any user's spec, run in a container of their own: another user than
+// the webhook's, and no ServiceAccount token in their file system, while
+// the webhook's process has it.
+func TestOperator_ValidatorsRunWithoutTheWebhooksToken(t *testing.T) {
+	installOperator(t)
+	// A judgement, so that the validators have started processes.
+	waitForWebhook(t)
+	const token = "var/run/secrets/kubernetes.io/serviceaccount/token"
+	procs := operatorProcesses(t)
+	var servers, validators, webhooks int
+	for _, p := range procs {
+		_, err := os.Stat(filepath.Join("/proc", p.pid, "root", token))
+		hasToken := err == nil
+		switch {
+		case strings.HasPrefix(p.cmdline, "/manager validators --socket"):
+			servers++
+			if p.uid != "65533" || hasToken {
+				t.Errorf("the validators' server (PID %s) runs as %s with a token: %v; want 65533 without", p.pid, p.uid, hasToken)
+			}
+		case strings.Contains(p.cmdline, "kube-apiserver-validator-"):
+			validators++
+			if p.uid != "65533" || hasToken {
+				t.Errorf("a validator (PID %s: %s) runs as %s with a token: %v; want 65533 without", p.pid, p.cmdline, p.uid, hasToken)
+			}
+		case strings.HasPrefix(p.cmdline, "/manager ") && strings.Contains(p.cmdline, "--validator-socket="):
+			webhooks++
+			if p.uid != "65532" || !hasToken {
+				t.Errorf("the webhook (PID %s) runs as %s with a token: %v; want 65532 with one", p.pid, p.uid, hasToken)
+			}
+		}
+	}
+	t.Logf("%d webhook processes, %d validator servers, %d validators waiting or judging", webhooks, servers, validators)
+	// Two replicas (three while one is replaced).
+	if webhooks < 2 || servers < 2 || validators == 0 {
+		t.Errorf("found %d webhook processes, %d validator servers and %d validators; want two of each server and at least one validator", webhooks, servers, validators)
+	}
+}
+
+type process struct{ pid, cmdline, uid string }
+
+// operatorProcesses are the processes of this machine that run the
+// operator's image (the local cluster's containers are this machine's
+// processes): their command lines and real user IDs.
+func operatorProcesses(t testing.TB) []process {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []process
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(raw) == 0 {
+			continue
+		}
+		cmdline := strings.TrimSpace(strings.ReplaceAll(string(raw), "\x00", " "))
+		if !strings.HasPrefix(cmdline, "/manager") && !strings.Contains(cmdline, "kube-apiserver-validator-") {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		var uid string
+		for _, line := range strings.Split(string(status), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					uid = f[0]
+				}
+			}
+		}
+		out = append(out, process{pid: e.Name(), cmdline: cmdline, uid: uid})
+	}
+	if len(out) == 0 {
+		t.Fatal("no process of the operator's image found under /proc")
+	}
+	return out
 }
