@@ -125,8 +125,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Namespace of the leader election lease; the manager's own namespace when empty.")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "apiserver-operator.controlplane.apiserver-operator.dev",
 		"Name of the leader election lease.")
-	fs.StringVar(&o.watchNamespaceFilter, "watch-namespace", "",
-		"Only reconcile ApiServerConfigs in this namespace; all namespaces when empty.")
+	fs.StringVar(&o.watchNamespaceFilter, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
+		"Only reconcile ApiServerConfigs in this namespace; all namespaces when empty. Default: $WATCH_NAMESPACE (which the OLM bundle sets from the OperatorGroup's target namespace).")
 	fs.StringVar(&o.watchFilter, "watch-filter", "",
 		"Only reconcile the ApiServerConfigs labelled "+apiserver.WatchFilterLabel+"=<this value>, with a leader election of their own (the lease is --leader-election-id suffixed with -<value>): several instances each own a labelled part of the fleet. Empty reconciles the ApiServerConfigs without the label.")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
@@ -199,6 +199,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.stallAfter <= 0 {
 		return nil, fmt.Errorf("--stall-after is %s: it must be positive", o.stallAfter)
+	}
+	if strings.Contains(o.watchNamespaceFilter, ",") {
+		return nil, fmt.Errorf("--watch-namespace=%q names several namespaces: the operator watches one, or all with an empty value (OLM's MultiNamespace install mode is not supported)", o.watchNamespaceFilter)
 	}
 	if o.watchFilter != "" {
 		if errs := validation.IsDNS1123Label(o.watchFilter); len(errs) > 0 {

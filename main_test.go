@@ -404,3 +404,17 @@ func TestManager_RunsWithTheNamespacedOverlaysRightsAlone(t *testing.T) {
 		t.Fatalf("the manager stopped with an error: %v", err)
 	}
 }
+
+// --watch-namespace takes $WATCH_NAMESPACE, which the OLM bundle sets from
+// the OperatorGroup's target namespaces: one, or none for all of them.
+func TestManager_WatchesTheNamespaceOLMTargets(t *testing.T) {
+	t.Setenv("WATCH_NAMESPACE", "tenants")
+	o, err := parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), nil)
+	if err != nil || o.watchNamespaceFilter != "tenants" {
+		t.Fatalf("with WATCH_NAMESPACE=tenants the manager watches %q (%v)", o.watchNamespaceFilter, err)
+	}
+	t.Setenv("WATCH_NAMESPACE", "a,b")
+	if _, err := parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), nil); err == nil || !strings.Contains(err.Error(), "several namespaces") {
+		t.Fatalf("two target namespaces gave %v, want a refusal", err)
+	}
+}

@@ -54,6 +54,13 @@ var olmArgs = []string{
 	"--webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs",
 }
 
+// olmWatchNamespace is the environment variable the bundle adds to the
+// controllers' container: the OperatorGroup's target namespace (empty for
+// all) as --watch-namespace's default.
+var olmWatchNamespace = corev1.EnvVar{Name: "WATCH_NAMESPACE", ValueFrom: &corev1.EnvVarSource{
+	FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['olm.targetNamespaces']"},
+}}
+
 // loadBundle reads bundle/ into the manifests.Bundle that operator-framework's
 // validators take, as manifests.GetBundleFromDir does. That loader cannot be
 // used with the apimachinery this module builds with (v0.37): it decodes each
@@ -200,6 +207,9 @@ func TestBundleMatchesConfig(t *testing.T) {
 					c.Args = append(c.Args, olmArgs...)
 					served++
 				}
+				if slices.Contains(c.Args, "--leader-elect") {
+					c.Env = append(c.Env, olmWatchNamespace)
+				}
 			}
 			got := strategy.DeploymentSpecs[i]
 			if got.Name != want.Name {
@@ -220,7 +230,10 @@ func TestBundleMatchesConfig(t *testing.T) {
 	})
 
 	t.Run("permissions", func(t *testing.T) {
-		wantCluster, wantNamespaced := boundRules(t, config)
+		// As config/manifests binds them: the controllers' role in a
+		// namespace, which OLM grants cluster-wide or in the target
+		// namespace by the install mode.
+		wantCluster, wantNamespaced := boundRules(t, kustomizeBuild(t, "config/manifests"))
 		if d := cmp.Diff(wantCluster, rulesBySA(t, strategy.ClusterPermissions)); d != "" {
 			t.Errorf("clusterPermissions differ from the ClusterRoles config/default binds (-config +csv):\n%s", d)
 		}
