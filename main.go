@@ -19,10 +19,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -182,7 +184,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.StringVar(&o.validatorSocket, "validator-socket", "",
 		"Unix socket on which \"manager validators\" serves the validators, in a container of their own (config/webhook): they then run under a user of their own, without the service account token. Empty runs them in this process's own container, from --validator-dir.")
 	fs.BoolVar(&o.admissionRetainedData, "admission-checks-retained-data", true,
-		"Admission refuses an etcd prefix over the data a deleted tenant kept (deletionPolicy Retain), which it finds by the labels of the Secrets kept with it: that takes the right to list and watch Secrets. config/webhook turns it off, so that the webhook's ServiceAccount reads no Secret; the controllers then hold such a tenant (reason RetainedKeyspace) and touch none of the data.")
+		"Admission refuses an etcd prefix over the data a deleted tenant kept (deletionPolicy Retain), which it finds by the labels of the Secrets kept with it: that takes the right to list and watch Secrets. Default: true where this process runs the controllers too, false in a webhook of its own (--controllers=false, config/webhook), whose ServiceAccount reads no Secret; the controllers then hold such a tenant (reason RetainedKeyspace) and touch none of the data.")
 	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
 		"Before a minor upgrade, how long no client may have called an API the target version no longer serves (as the running apiservers count them) before the upgrade goes ahead; the annotation "+apiserver.AllowRemovedAPICallsAnnotation+"=<version> lets it go at once.")
 	fs.DurationVar(&o.stallAfter, "stall-after", controllers.DefaultStallAfter,
@@ -215,6 +217,13 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	if !o.controllers {
 		// Only the controllers need a single leader; every webhook serves.
 		o.leaderElect = false
+		// A webhook of its own has a ServiceAccount that may not list
+		// Secrets (config/webhook), unless told otherwise.
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "admission-checks-retained-data" })
+		if !given {
+			o.admissionRetainedData = false
+		}
 	}
 	return o, nil
 }
@@ -360,29 +369,8 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 
 	readyz := healthz.Ping
 	var delay time.Duration
-	if o.webhooks && o.webhookCerts == "self" {
-		namespace := os.Getenv("POD_NAMESPACE")
-		if namespace == "" {
-			return fmt.Errorf("self-managed webhook certificates need the manager's namespace in $POD_NAMESPACE (set by config/manager), or --webhook-cert-management=external")
-		}
-		direct, err := client.New(restConfig, client.Options{Scheme: scheme})
-		if err != nil {
-			return fmt.Errorf("creating a client for the webhook certificates: %w", err)
-		}
-		certs := &webhooks.Certificates{
-			Client: direct, Clock: clock.RealClock{}, Namespace: namespace, ServiceName: o.webhookService,
-			SecretName: o.webhookSecret, WebhookConfiguration: o.webhookConfiguration, MutatingWebhookConfiguration: o.mutatingWebhookConfiguration,
-			CertDir: o.webhookCertDir,
-		}
-		// The files must exist before the webhook server starts.
-		if _, err := certs.Ensure(ctx); err != nil {
-			return fmt.Errorf("preparing the webhook certificate: %w", err)
-		}
-		if err := mgr.Add(certs); err != nil {
-			return fmt.Errorf("adding the webhook certificate renewal: %w", err)
-		}
-	} else if o.webhooks && o.webhookCerts != "external" {
-		return fmt.Errorf("--webhook-cert-management is %q: use self or external", o.webhookCerts)
+	if err := setupWebhookCertificates(ctx, o, restConfig, scheme, mgr, setupLog); err != nil {
+		return err
 	}
 	if o.webhooks {
 		var validators validatorpool.Validator
@@ -434,6 +422,73 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// setupWebhookCertificates keeps the self-managed webhook certificate
+// (--webhook-cert-management=self): the controllers issue and renew it
+// into a Secret of their namespace and set the caBundle of the webhook
+// configurations; the webhook only reads that Secret into its certificate
+// directory, so that its ServiceAccount may read one Secret and patch no
+// webhook configuration. One process with both does both.
+func setupWebhookCertificates(ctx context.Context, o *options, restConfig *rest.Config, scheme *runtime.Scheme, mgr ctrl.Manager, log logr.Logger) error {
+	switch {
+	case o.webhookCerts == "external":
+		return nil
+	case o.webhookCerts != "self":
+		return fmt.Errorf("--webhook-cert-management is %q: use self or external", o.webhookCerts)
+	}
+	namespace := os.Getenv("POD_NAMESPACE")
+	if namespace == "" {
+		if !o.webhooks {
+			log.Info("Not issuing the webhook certificate: $POD_NAMESPACE (set by config/manager) is empty")
+			return nil
+		}
+		return errors.New("self-managed webhook certificates need the manager's namespace in $POD_NAMESPACE (set by config/webhook), or --webhook-cert-management=external")
+	}
+	direct, err := client.New(restConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client for the webhook certificates: %w", err)
+	}
+	certs := &webhooks.Certificates{
+		Client: direct, Clock: clock.RealClock{}, Namespace: namespace, ServiceName: o.webhookService,
+		SecretName: o.webhookSecret, WebhookConfiguration: o.webhookConfiguration, MutatingWebhookConfiguration: o.mutatingWebhookConfiguration,
+		ReadOnly: !o.controllers,
+	}
+	if o.webhooks {
+		certs.CertDir = o.webhookCertDir
+		// The files must exist before the webhook server starts; a new
+		// install's controllers may not have issued the certificate yet.
+		if err := waitForCertificate(ctx, certs, log); err != nil {
+			return err
+		}
+	}
+	if err := mgr.Add(certs); err != nil {
+		return fmt.Errorf("adding the webhook certificate renewal: %w", err)
+	}
+	return nil
+}
+
+// certificateWait bounds how long the webhook waits, at start, for the
+// controllers to issue its certificate.
+const certificateWait = 3 * time.Minute
+
+func waitForCertificate(ctx context.Context, certs *webhooks.Certificates, log logr.Logger) error {
+	deadline := time.Now().Add(certificateWait)
+	for {
+		_, err := certs.Ensure(ctx)
+		if err == nil || !errors.Is(err, webhooks.ErrNotIssued) || time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("preparing the webhook certificate: %w", err)
+			}
+			return nil
+		}
+		log.Info("Waiting for the controllers to issue the webhook certificate", "reason", err.Error())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("preparing the webhook certificate: %w", ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // drain is ctx ended delay later: once ctx ends (SIGTERM), stopping is set,

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -39,6 +41,8 @@ func runValidators(ctx context.Context, args []string, stderr io.Writer) error {
 	dir := fs.String("validator-dir", defaultValidatorDir(),
 		"Directory with the validators of the bundled kube-apiserver versions ("+validatorpool.BinaryPrefix+"<version>). Default: the manager binary's directory.")
 	probe := fs.Bool("probe", false, "Ask the validators served on --socket which versions they have, and exit: 0 when they answer.")
+	delay := fs.Duration("shutdown-delay", 10*time.Second,
+		"How long the validators keep answering after SIGTERM: the webhook keeps serving for its --webhook-shutdown-delay, and judges what it took then within its budget.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,5 +59,6 @@ func runValidators(ctx context.Context, args []string, stderr io.Writer) error {
 	pool := startValidators(*dir, log)
 	defer pool.Close()
 	log.Info("Serving the validators", "socket", *socket, "versions", pool.Versions())
-	return validatorpool.Serve(ctx, *socket, pool)
+	var stopping atomic.Bool
+	return validatorpool.Serve(drain(ctx, *delay, &stopping), *socket, pool)
 }

@@ -80,7 +80,7 @@ func (a Admission) judge(ctx context.Context, cfg *v1alpha1.ApiServerConfig) fie
 			return nil
 		}
 		return field.ErrorList{field.InternalError(specPath.Child("version"), fmt.Errorf(
-			"the operator has no validator for kube-apiserver %s, so it cannot check this spec and admits nothing unchecked: the manager's --validator-dir must hold %s%s",
+			"the operator has no validator for kube-apiserver %s, so it cannot check this spec and admits nothing unchecked: the validators' --validator-dir (the validators container of the webhook's pod) must hold %s%s",
 			version, validatorpool.BinaryPrefix, version))}
 	}
 	req, err := ValidationRequest(c, a.PodIP)

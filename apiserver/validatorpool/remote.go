@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -107,6 +109,10 @@ type Remote struct {
 	mu       sync.Mutex
 	versions []string
 	known    bool
+	// answered is when the validators last answered Ready.
+	answered time.Time
+	// asking: Has is asking for the versions in the background.
+	asking atomic.Bool
 }
 
 var _ Validator = (*Remote)(nil)
@@ -135,36 +141,52 @@ func (r *Remote) Versions(ctx context.Context) ([]string, error) {
 	return versions, nil
 }
 
-// Ready says whether the validators answer: the webhook's readiness.
+// Ready says whether the validators answer, for the webhook's readiness:
+// a failure counts only once they have not answered for readyGrace, so
+// that one slow answer under a burst does not take every replica out of
+// the webhook Service at once.
 func (r *Remote) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err := r.Versions(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if err == nil {
+		r.answered = now
+		return nil
+	}
+	if !r.answered.IsZero() && now.Sub(r.answered) < readyGrace {
+		return nil
+	}
 	return err
 }
 
-// Has reports whether the validators have version. Until they have
-// answered once, it asks; while they do not answer it reports true, so
-// that Validate's error, not a missing binary, tells why nothing is
-// judged.
+// readyGrace is how long the validators may fail to answer before the
+// webhook is no longer ready.
+const readyGrace = 5 * time.Second
+
+// Has reports whether the validators have version, as they last said.
+// Until they have answered, it reports true and asks in the background,
+// so that Validate's error, not a missing binary, tells why nothing is
+// judged, and no caller waits here.
 func (r *Remote) Has(version string) bool {
 	r.mu.Lock()
 	versions, known := r.versions, r.known
 	r.mu.Unlock()
 	if !known {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		var err error
-		if versions, err = r.Versions(ctx); err != nil {
+		if !r.asking.CompareAndSwap(false, true) {
 			return true
 		}
+		go func() {
+			defer r.asking.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, _ = r.Versions(ctx)
+		}()
+		return true
 	}
-	for _, v := range versions {
-		if v == version {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(versions, version)
 }
 
 // Validate has the validators judge req with version's code.

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,11 +19,6 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 )
-
-// The operator's own webhook configurations only, by the names config/default
-// gives them (its namePrefix and --webhook-configuration,
-// --mutating-webhook-configuration): read and patched without a cache.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;patch,resourceNames=apiserver-operator-validating-webhook-configuration;apiserver-operator-mutating-webhook-configuration
 
 // Certificates keeps the admission webhook's serving certificate
 // without cert-manager: a CA and a certificate for the webhook Service in a
@@ -44,9 +40,20 @@ type Certificates struct {
 	// MutatingWebhookConfiguration the name of the mutating one (none when
 	// empty).
 	WebhookConfiguration, MutatingWebhookConfiguration string
-	// CertDir is the webhook server's certificate directory.
+	// CertDir is the webhook server's certificate directory; empty writes
+	// no file.
 	CertDir string
+	// ReadOnly only reads the Secret into CertDir: the webhook's own
+	// ServiceAccount may read that Secret alone, and the controllers
+	// (config/manager) issue the certificate and set the caBundle. A
+	// webhook configuration is how a hijacked webhook would have every
+	// Secret of the cluster sent to it, so the webhook may not patch one.
+	ReadOnly bool
 }
+
+// ErrNotIssued: a ReadOnly Certificates found no certificate in the Secret
+// yet.
+var ErrNotIssued = errors.New("the webhook certificate is not issued yet: the controllers (config/manager) issue it")
 
 const (
 	webhookCAValidity   = 10 * 365 * 24 * time.Hour
@@ -68,6 +75,9 @@ func (w *Certificates) Ensure(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("reading the webhook certificate Secret %s: %w", key, err)
 	}
 	exists := err == nil
+	if w.ReadOnly {
+		return w.read(secret, exists, now)
+	}
 
 	var ca, serving *pki.KeyPair
 	if exists {
@@ -119,13 +129,34 @@ func (w *Certificates) Ensure(ctx context.Context) (time.Time, error) {
 		}
 	}
 
-	if err := w.writeFiles(secret); err != nil {
-		return time.Time{}, err
+	if w.CertDir != "" {
+		if err := w.writeFiles(secret); err != nil {
+			return time.Time{}, err
+		}
 	}
 	if err := w.patchCABundle(ctx, secret.Data[webhookCACertKey]); err != nil {
 		return time.Time{}, err
 	}
 	return pki.RenewAt(serving.Cert(), pki.DefaultRenewalPercent), nil
+}
+
+// readOnlyRecheck is how often a ReadOnly Certificates reads the Secret
+// again, for the certificate the controllers renewed.
+const readOnlyRecheck = time.Minute
+
+// read writes the certificate of secret into the files, and returns when
+// to read it again.
+func (w *Certificates) read(secret *corev1.Secret, exists bool, now time.Time) (time.Time, error) {
+	if !exists {
+		return time.Time{}, fmt.Errorf("%w: Secret %s/%s does not exist", ErrNotIssued, w.Namespace, w.SecretName)
+	}
+	if _, err := pki.ParseKeyPair(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
+		return time.Time{}, fmt.Errorf("%w: Secret %s/%s holds no valid certificate and key: %w", ErrNotIssued, w.Namespace, w.SecretName, err)
+	}
+	if err := w.writeFiles(secret); err != nil {
+		return time.Time{}, err
+	}
+	return now.Add(readOnlyRecheck), nil
 }
 
 // writeFiles writes tls.crt and tls.key for the webhook server, atomically,
@@ -218,6 +249,9 @@ func (w *Certificates) Start(ctx context.Context) error {
 		if err != nil {
 			log.Error(err, "Keeping the webhook certificate current failed; retrying")
 			wait = time.Minute
+			if w.ReadOnly {
+				wait = 10 * time.Second
+			}
 		} else if until := renewAt.Sub(w.Clock.Now()); until < wait {
 			wait = max(until, time.Second)
 		}
@@ -230,5 +264,6 @@ func (w *Certificates) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection is false: every replica serves the webhook and needs
-// the files.
+// the files, and every replica of the controllers keeps the certificate
+// (the first to write wins, the others use what it wrote).
 func (w *Certificates) NeedLeaderElection() bool { return false }

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	certutil "k8s.io/client-go/util/cert"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -132,4 +135,50 @@ func read[T client.Object](t *testing.T, obj T) T {
 		t.Fatalf("reading %T %s: %v", obj, obj.GetName(), err)
 	}
 	return obj
+}
+
+// The webhook's own process only reads the certificate the controllers
+// issue: before it is issued it says so (and writes nothing, patches
+// nothing), then it writes the very certificate of the Secret into its
+// directory.
+func TestCertificates_ReadOnlyWaitsForTheControllersCertificate(t *testing.T) {
+	ctx := context.Background()
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "certs-ro-"}}
+	if err := env.Client.Create(ctx, namespace); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace.Name
+	clock := clocktesting.NewFakePassiveClock(time.Now())
+	dir := t.TempDir()
+	reader := &Certificates{Client: env.Client, Clock: clock, Namespace: ns, ServiceName: "webhook-service",
+		SecretName: "webhook-cert", WebhookConfiguration: "no-such-configuration", CertDir: dir, ReadOnly: true}
+	if _, err := reader.Ensure(ctx); !errors.Is(err, ErrNotIssued) {
+		t.Fatalf("before the controllers issued the certificate: %v, want ErrNotIssued", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "webhook-cert"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the read-only webhook wrote its Secret: %v", err)
+	}
+	// The controllers issue it (no files: they serve no webhook).
+	issuer := &Certificates{Client: env.Client, Clock: clock, Namespace: ns, ServiceName: "webhook-service",
+		SecretName: "webhook-cert", WebhookConfiguration: "no-such-configuration"}
+	if _, err := issuer.Ensure(ctx); err == nil || !strings.Contains(err.Error(), "no-such-configuration") {
+		t.Fatalf("the issuer with no webhook configuration: %v, want an error naming it", err)
+	}
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "webhook-cert"}, secret); err != nil {
+		t.Fatalf("the issuer wrote no Secret: %v", err)
+	}
+	next, err := reader.Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Sub(clock.Now()) > time.Minute {
+		t.Errorf("the reader reads the Secret again in %s: a renewal would wait that long", next.Sub(clock.Now()))
+	}
+	for _, name := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || !bytes.Equal(got, secret.Data[name]) {
+			t.Errorf("%s in the webhook's directory is not the Secret's (%v)", name, err)
+		}
+	}
 }

@@ -155,6 +155,16 @@ func DryRun(ctx context.Context, c client.Client, live client.Reader, cfg *v1alp
 // its own (apiserver.ClaimOf) is a *nameTaken: the operator would leave it
 // alone and the tenant would never start.
 func dryRunWrite(ctx context.Context, c client.Client, live client.Reader, cfg *v1alpha1.ApiServerConfig, obj client.Object, created bool) error {
+	// Without blockOwnerDeletion: where OwnerReferencesPermissionEnforcement
+	// runs (OpenShift), setting it takes the right to update the owner's
+	// finalizers, which the controllers have and the webhook's
+	// ServiceAccount does not; it changes nothing else a dry run judges.
+	obj = obj.DeepCopyObject().(client.Object)
+	refs := obj.GetOwnerReferences()
+	for i := range refs {
+		refs[i].BlockOwnerDeletion = nil
+	}
+	obj.SetOwnerReferences(refs)
 	if created {
 		err := c.Create(ctx, obj.DeepCopyObject().(client.Object), client.DryRunAll, client.FieldOwner(apiserver.FieldOwner))
 		if !apierrors.IsAlreadyExists(err) {

@@ -17,7 +17,8 @@ package webhooks
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;create;patch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;create;patch
 //
-// Its serving certificate's Secret (Certificates), in its own namespace
-// only; create cannot be limited to a name.
-// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=create
-// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;update,resourceNames=apiserver-operator-webhook-cert
+// Its serving certificate's Secret, which the controllers issue and renew
+// (Certificates.ReadOnly), in its own namespace only, by name: no create
+// (a ServiceAccount token Secret it created would be filled with another
+// ServiceAccount's token) and no patch of any webhook configuration.
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get,resourceNames=apiserver-operator-webhook-cert

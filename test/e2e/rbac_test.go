@@ -36,11 +36,12 @@ func allowed(t testing.TB, cs *kubernetes.Clientset, user string, attrs authoriz
 }
 
 // The operator, as config/default installs it, holds what each piece
-// needs: the webhook may patch the caBundle of its own webhook
+// needs: the controllers may patch the caBundle of its own webhook
 // configurations and of no other (a webhook configuration is how a
-// hijacked operator would intercept every write of the cluster), and
-// reads no Secret but its serving certificate's; the controllers touch no
-// webhook configuration.
+// hijacked operator would intercept every write of the cluster); the
+// webhook patches none, and reads no Secret but its serving certificate's,
+// which it may neither write nor create (a token Secret it created would
+// be filled with another ServiceAccount's token).
 func TestOperator_PatchesOnlyItsOwnWebhookConfigurations(t *testing.T) {
 	installOperator(t)
 	cs := clientset(t)
@@ -49,14 +50,14 @@ func TestOperator_PatchesOnlyItsOwnWebhookConfigurations(t *testing.T) {
 		verb, resource, name string
 		allowed              bool
 	}{
-		{webhookSA, "patch", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", true},
-		{webhookSA, "patch", "mutatingwebhookconfigurations", "apiserver-operator-mutating-webhook-configuration", true},
-		{webhookSA, "patch", "validatingwebhookconfigurations", "another-operators-webhooks", false},
-		{webhookSA, "patch", "mutatingwebhookconfigurations", "another-operators-webhooks", false},
-		{webhookSA, "list", "validatingwebhookconfigurations", "", false},
-		{webhookSA, "delete", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", false},
-		{managerSA, "patch", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", false},
-		{managerSA, "patch", "mutatingwebhookconfigurations", "apiserver-operator-mutating-webhook-configuration", false},
+		{managerSA, "patch", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", true},
+		{managerSA, "patch", "mutatingwebhookconfigurations", "apiserver-operator-mutating-webhook-configuration", true},
+		{managerSA, "patch", "validatingwebhookconfigurations", "another-operators-webhooks", false},
+		{managerSA, "patch", "mutatingwebhookconfigurations", "another-operators-webhooks", false},
+		{managerSA, "list", "validatingwebhookconfigurations", "", false},
+		{managerSA, "delete", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", false},
+		{webhookSA, "patch", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", false},
+		{webhookSA, "patch", "mutatingwebhookconfigurations", "apiserver-operator-mutating-webhook-configuration", false},
 	} {
 		if got := allowed(t, cs, tc.user, authorizationv1.ResourceAttributes{
 			Group: "admissionregistration.k8s.io", Resource: tc.resource, Verb: tc.verb, Name: tc.name,
@@ -69,6 +70,8 @@ func TestOperator_PatchesOnlyItsOwnWebhookConfigurations(t *testing.T) {
 		allowed               bool
 	}{
 		{"get", "apiserver-operator-system", "apiserver-operator-webhook-cert", true},
+		{"update", "apiserver-operator-system", "apiserver-operator-webhook-cert", false},
+		{"create", "apiserver-operator-system", "", false},
 		{"get", "apiserver-operator-system", "a-datastore", false},
 		{"list", "apiserver-operator-system", "", false},
 		{"get", "tenant-a", "x-ca", false},
