@@ -556,3 +556,29 @@ func sortedKeys(ms ...map[string][]byte) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// The webhook's dry-run guard names the webhook's ServiceAccount as
+// config/default builds it (kustomize replacements fill the match
+// condition from the ServiceAccount): with another namespace or prefix in
+// config/default, it still matches.
+func TestDryRunGuardNamesTheWebhooksServiceAccount(t *testing.T) {
+	config := kustomizeBuild(t, "config/default")
+	var user, expression string
+	for _, u := range config {
+		switch {
+		case u.GetKind() == "ServiceAccount" && strings.HasSuffix(u.GetName(), "-webhook"):
+			user = "system:serviceaccount:" + u.GetNamespace() + ":" + u.GetName()
+		case u.GetKind() == "ValidatingAdmissionPolicy":
+			conditions, _, _ := unstructured.NestedSlice(u.Object, "spec", "matchConditions")
+			if len(conditions) == 1 {
+				expression, _, _ = unstructured.NestedString(conditions[0].(map[string]any), "expression")
+			}
+		}
+	}
+	if user == "" || expression == "" {
+		t.Fatalf("config/default has no webhook ServiceAccount (%q) or no dry-run guard with one match condition (%q)", user, expression)
+	}
+	if want := "'" + user + ":' == request.userInfo.username + ':'"; expression != want {
+		t.Errorf("the dry-run guard matches %s, want %s", expression, want)
+	}
+}
