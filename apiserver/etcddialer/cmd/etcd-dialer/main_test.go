@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,11 +84,24 @@ func TestProbe_WaitReturnsOnceEtcdAccepts(t *testing.T) {
 		}
 	}
 	// The pod's log says what its start waits for, once for many questions.
-	mu.Lock()
-	if len(notReady) != 1 || !strings.Contains(notReady[0], etcd) {
-		t.Errorf("the dialer logged %q for three refused questions, want one line naming %s", notReady, etcd)
+	// The line is written after the answer: wait for it, then ask three
+	// more times, by which time every earlier question's line is written.
+	logged := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(notReady)
 	}
-	mu.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); len(logged()) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 3 {
+		if err := askReady(socket); err == nil {
+			t.Fatal("the dialer answers ready while etcd is down")
+		}
+	}
+	if got := logged(); len(got) != 1 || !strings.Contains(got[0], etcd) {
+		t.Errorf("the dialer logged %q for six refused questions, want one line naming %s", got, etcd)
+	}
 	select {
 	case err := <-waited:
 		t.Fatalf("the wait ended while etcd was down: %v", err)
