@@ -88,6 +88,7 @@ type options struct {
 	mutatingWebhookConfiguration string
 	imageRepository              string
 	etcdDialerImage              string
+	konnectivityServerImage      string
 	concurrency                  int
 	pprofAddr                    string
 	metricsCertDir               string
@@ -141,6 +142,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Repository of the bundled kube-apiserver image; its tag is the ApiServerConfig's version.")
 	fs.StringVar(&o.etcdDialerImage, "etcd-dialer-image", apiserver.DefaultEtcdDialerImage,
 		"Image of the etcd dialer, the sidecar through which each kube-apiserver reaches etcd: it holds kube-apiserver's connection while etcd is down, so that kube-apiserver serves again within moments of etcd's return.")
+	fs.StringVar(&o.konnectivityServerImage, "konnectivity-server-image", apiserver.DefaultKonnectivityServerImage,
+		"Image of the konnectivity server, the sidecar through which each kube-apiserver of a tenant with spec.konnectivity reaches the tenant's nodes (upstream's apiserver-network-proxy server, "+apiserver.KonnectivityVersion+").")
 	fs.BoolVar(&o.webhooks, "webhooks", true,
 		"Serve the admission webhooks; turn off only where no webhook configuration points at this manager.")
 	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 1500*time.Millisecond,
@@ -340,6 +343,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		Etcd:                    tenantio.EtcdV3{},
 		ImageRepository:         o.imageRepository,
 		EtcdDialerImage:         o.etcdDialerImage,
+		KonnectivityServerImage: o.konnectivityServerImage,
 		MaxConcurrentReconciles: o.concurrency,
 		Namespaces:              mgrOpts.Cache.DefaultNamespaces,
 		StallAfter:              o.stallAfter,

@@ -27,6 +27,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	file := fs.String("f", "-", "ApiServerConfig manifest to render; - reads standard input.")
 	repo := fs.String("apiserver-image-repository", apiserver.DefaultImageRepository, "Repository of the bundled kube-apiserver image, as the operator is configured.")
 	dialerImage := fs.String("etcd-dialer-image", apiserver.DefaultEtcdDialerImage, "Image of the etcd dialer sidecar, as the operator is configured.")
+	konnectivityImage := fs.String("konnectivity-server-image", apiserver.DefaultKonnectivityServerImage, "Image of the konnectivity server sidecar, as the operator is configured.")
 	clusterIP := fs.String("service-cluster-ip", "", "ClusterIP of the apiservers' Service, if known (it goes in the serving certificate).")
 	validatorDir := fs.String("validator-dir", defaultValidatorDir(), "Directory with the kube-apiserver validators ("+validatorpool.BinaryPrefix+"<version>), as the operator is configured.")
 	podIP := fs.String("pod-ip", admission.DefaultPodIP, "An address of the pod network the apiserver pods would run on (its family must match the first service range).")
@@ -47,10 +48,11 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	validators := validatorpool.NewPool(*validatorDir)
 	defer validators.Close()
 	return render.Render(stdout, manifest, render.Options{
-		CRD:             crdYAML,
-		ImageRepository: *repo,
-		EtcdDialerImage: *dialerImage,
-		Inputs:          apiserver.Inputs{ServiceClusterIP: *clusterIP},
-		Admission:       admission.Admission{Validator: validators, PodIP: *podIP},
+		CRD:                     crdYAML,
+		ImageRepository:         *repo,
+		EtcdDialerImage:         *dialerImage,
+		KonnectivityServerImage: *konnectivityImage,
+		Inputs:                  apiserver.Inputs{ServiceClusterIP: *clusterIP},
+		Admission:               admission.Admission{Validator: validators, PodIP: *podIP},
 	})
 }

@@ -159,8 +159,12 @@ func DefaultAuditPolicy() ([]byte, error) {
 // reconnect backoff grows with every refused attempt (1 s by 1.6 up to
 // 120 s, no flag changes it), is connected again within moments of etcd's
 // return (package etcddialer). Other traffic (webhooks, aggregated APIs,
-// kubelets) is dialed directly, as without the file.
-func EgressSelectorConfig() ([]byte, error) {
+// kubelets) is dialed directly, as without the file, unless
+// spec.konnectivity sends it through the konnectivity server: its
+// "cluster" selection, gRPC over the server's socket. The "controlplane"
+// selection stays direct: what it covers runs beside the apiservers, not
+// on the tenant's nodes.
+func EgressSelectorConfig(c *Completed) ([]byte, error) {
 	cfg := apiserverv1beta1.EgressSelectorConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1beta1.SchemeGroupVersion.String(), Kind: "EgressSelectorConfiguration"},
 		EgressSelections: []apiserverv1beta1.EgressSelection{{
@@ -170,6 +174,15 @@ func EgressSelectorConfig() ([]byte, error) {
 				Transport:     &apiserverv1beta1.Transport{UDS: &apiserverv1beta1.UDSTransport{UDSName: EtcdDialerSocket}},
 			},
 		}},
+	}
+	if usesKonnectivity(c) {
+		cfg.EgressSelections = append(cfg.EgressSelections, apiserverv1beta1.EgressSelection{
+			Name: "cluster",
+			Connection: apiserverv1beta1.Connection{
+				ProxyProtocol: apiserverv1beta1.ProtocolGRPC,
+				Transport:     &apiserverv1beta1.Transport{UDS: &apiserverv1beta1.UDSTransport{UDSName: KonnectivitySocket}},
+			},
+		})
 	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {

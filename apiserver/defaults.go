@@ -78,6 +78,9 @@ func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
 		spec.Serving.Service.Type = corev1.ServiceTypeClusterIP
 	}
 	setInt32(&spec.Serving.Service.Port, 443)
+	if k := spec.Konnectivity; k != nil {
+		setInt32(&k.Port, DefaultKonnectivityPort)
+	}
 
 	setBool(&spec.Authentication.Anonymous, false)
 	if oidc := spec.Authentication.OIDC; oidc != nil {

@@ -68,6 +68,9 @@ type DeploymentInputs struct {
 	ImageRepository string
 	// EtcdDialerImage overrides DefaultEtcdDialerImage (operator setting).
 	EtcdDialerImage string
+	// KonnectivityServerImage overrides DefaultKonnectivityServerImage
+	// (operator setting).
+	KonnectivityServerImage string
 }
 
 // desiredDeployment runs masterCount kube-apiservers with args. It rolls
@@ -182,6 +185,11 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 
+	initContainers := []corev1.Container{dialer}
+	if usesKonnectivity(c) {
+		initContainers = append(initContainers, konnectivityServer(c, in.KonnectivityServerImage, container.SecurityContext))
+	}
+
 	podLabels := SelectorLabels(c.Name)
 	spread := c.Spec.TopologySpreadConstraints
 	if len(spread) == 0 {
@@ -219,7 +227,7 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 					},
 				},
 				Spec: corev1.PodSpec{
-					InitContainers: []corev1.Container{dialer},
+					InitContainers: initContainers,
 					Containers:     []corev1.Container{container},
 					Volumes:        volumes,
 					// kube-apiserver needs no credentials of the management

@@ -45,6 +45,9 @@ type Environment struct {
 	ImageRepository string
 	// EtcdDialerImage overrides DefaultEtcdDialerImage (operator setting).
 	EtcdDialerImage string
+	// KonnectivityServerImage overrides DefaultKonnectivityServerImage
+	// (operator setting).
+	KonnectivityServerImage string
 }
 
 // Objects are everything the operator owns for one tenant, and the
@@ -109,7 +112,8 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 		}
 	}
 	o.Deployment, err = desiredDeployment(c, args, DeploymentInputs{
-		Objects: o.data(env.Referenced), ImageRepository: env.ImageRepository, EtcdDialerImage: env.EtcdDialerImage})
+		Objects: o.data(env.Referenced), ImageRepository: env.ImageRepository, EtcdDialerImage: env.EtcdDialerImage,
+		KonnectivityServerImage: env.KonnectivityServerImage})
 	if err != nil {
 		return nil, err
 	}

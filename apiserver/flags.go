@@ -202,6 +202,19 @@ func managedFlags(c *Completed) []managedFlag {
 	return f
 }
 
+// cipherSuites are the suites the apiservers' port offers beyond TLS 1.3:
+// spec.serving.tls.cipherSuites, or secureCipherSuites for TLS 1.2; none
+// (Go's defaults) otherwise.
+func cipherSuites(c *Completed) []string {
+	switch {
+	case len(c.Spec.Serving.TLS.CipherSuites) > 0:
+		return c.Spec.Serving.TLS.CipherSuites
+	case c.Spec.Serving.TLS.MinVersion == "VersionTLS12":
+		return secureCipherSuites
+	}
+	return nil
+}
+
 // secureCipherSuites are the TLS 1.2 AEAD suites the CIS benchmark (1.2.29)
 // allows, rendered when the user chose none.
 var secureCipherSuites = []string{
@@ -234,7 +247,7 @@ func defaultFlags(c *Completed) []managedFlag {
 		{"shutdown-send-retry-after", []string{"true"}, ""},
 	}
 	if c.Spec.Serving.TLS.MinVersion == "VersionTLS12" && len(c.Spec.Serving.TLS.CipherSuites) == 0 {
-		f = append(f, managedFlag{"tls-cipher-suites", []string{strings.Join(secureCipherSuites, ",")}, ""})
+		f = append(f, managedFlag{"tls-cipher-suites", []string{strings.Join(cipherSuites(c), ",")}, ""})
 	}
 	if c.EtcdUser != "" {
 		// Its etcd user may not compact (etcd allows Compact to root

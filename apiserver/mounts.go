@@ -52,6 +52,10 @@ var podVolumeDirs = []struct {
 	{"encryption", path.Dir(EncryptionConfigFile), false},
 	{"authz-webhook", path.Dir(AuthorizationWebhookKubeconfigFile), false},
 	{"oidc-ca", path.Dir(OIDCCAFile), false},
+	// With spec.konnectivity only: the server's socket, and its own
+	// files, which only its container mounts (konnectivityServer).
+	{konnectivitySocketVolume, KonnectivityDir, false},
+	{konnectivityServerVolume, KonnectivityServerDir, true},
 }
 
 // auditLogVolume is an emptyDir, not an object: the audit log is rotated by
@@ -108,6 +112,16 @@ func MountedObjects(c *Completed) []MountedObject {
 	if w := c.Spec.Authorization.Webhook; w != nil {
 		out = append(out, MountedObject{Volume: "authz-webhook", Kind: KindSecret, Name: w.KubeconfigSecretName,
 			Files: []MountedFile{file("kubeconfig", AuthorizationWebhookKubeconfigFile)}})
+	}
+	if usesKonnectivity(c) {
+		// The konnectivity server reads its files only at start.
+		in := func(kind, name string, files ...MountedFile) MountedObject {
+			return MountedObject{Volume: konnectivityServerVolume, Kind: kind, Name: name, Owned: true, Files: files}
+		}
+		out = append(out,
+			in(KindSecret, KonnectivityServerSecretName(n), file(corev1.TLSCertKey, KonnectivityAgentServingCertFile), file(corev1.TLSPrivateKeyKey, KonnectivityAgentServingKeyFile)),
+			in(KindSecret, KonnectivityClientSecretName(n), file(corev1.TLSCertKey, KonnectivityClientCertFile), file(corev1.TLSPrivateKeyKey, KonnectivityClientKeyFile), file(CABundleKey, KonnectivityCAFile)),
+			in(KindConfigMap, ConfigMapName(n), file(KonnectivityServerKubeconfigKey, KonnectivityKubeconfigFile)))
 	}
 	if o := c.Spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" && !usesAuthenticationConfig(c) {
 		// With an AuthenticationConfiguration the CA is inlined there.
@@ -175,8 +189,9 @@ func restartFiles(c *Completed) map[string]bool {
 	return out
 }
 
-// podVolumes mounts MountedObjects, the audit log's emptyDir and the etcd
-// dialer's.
+// podVolumes mounts MountedObjects, the audit log's emptyDir, the etcd
+// dialer's and the konnectivity server's; the mounts are kube-apiserver's,
+// which has no access to the konnectivity server's own files.
 func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
 	byVolume := map[string][]MountedObject{}
 	for _, o := range MountedObjects(c) {
@@ -190,7 +205,7 @@ func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
 		switch {
 		case v.name == auditLogVolume:
 			source.EmptyDir = &corev1.EmptyDirVolumeSource{}
-		case v.name == etcdDialerVolume:
+		case v.name == etcdDialerVolume, v.name == konnectivitySocketVolume && usesKonnectivity(c):
 			source.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
 		case len(objects) == 0:
 			continue
@@ -207,7 +222,9 @@ func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
 				LocalObjectReference: corev1.LocalObjectReference{Name: objects[0].Name}, Items: items(objects[0], v.dir)}
 		}
 		volumes = append(volumes, corev1.Volume{Name: v.name, VolumeSource: source})
-		mounts = append(mounts, corev1.VolumeMount{Name: v.name, MountPath: v.dir, ReadOnly: v.name != auditLogVolume})
+		if v.name != konnectivityServerVolume {
+			mounts = append(mounts, corev1.VolumeMount{Name: v.name, MountPath: v.dir, ReadOnly: v.name != auditLogVolume})
+		}
 	}
 	return volumes, mounts
 }

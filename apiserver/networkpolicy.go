@@ -48,6 +48,12 @@ func desiredNetworkPolicy(c *Completed) (*networkingv1.NetworkPolicy, *v1alpha1.
 	}
 	name := NetworkPolicyName(c.Name)
 	status := &v1alpha1.NetworkPolicyStatus{Name: name, Ingress: fmt.Sprintf("any source, TCP port %d", c.Spec.Serving.SecurePort)}
+	ingressPorts := []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(c.Spec.Serving.SecurePort))}}
+	if k := c.Spec.Konnectivity; k != nil {
+		// The agents dial in: the tunnels are opened from the nodes.
+		status.Ingress = fmt.Sprintf("any source, TCP ports %d (apiserver) and %d (konnectivity agents)", c.Spec.Serving.SecurePort, k.Port)
+		ingressPorts = append(ingressPorts, networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(k.Port))})
+	}
 	egress := make([]networkingv1.NetworkPolicyEgressRule, 0, len(np.Egress)+len(c.Etcd.Addresses)+1)
 	for i, r := range np.Egress {
 		egress = append(egress, *r.DeepCopy())
@@ -98,10 +104,8 @@ func desiredNetworkPolicy(c *Completed) (*networkingv1.NetworkPolicy, *v1alpha1.
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: SelectorLabels(c.Name)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(c.Spec.Serving.SecurePort))}},
-			}},
-			Egress: egress,
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{Ports: ingressPorts}},
+			Egress:      egress,
 		},
 	}, status
 }

@@ -117,6 +117,9 @@ func OwnedSecrets(name string) []OwnedSecret {
 		{Name: AdminKubeconfigSecretName(name), Keys: []string{KubeconfigKey}},
 		// Only for a tenant of a datastore (Completed.EtcdUser).
 		{Name: EtcdUserSecretName(name), Keys: ca},
+		// Only with spec.konnectivity.
+		{Name: KonnectivityServerSecretName(name), Keys: tls},
+		{Name: KonnectivityClientSecretName(name), Keys: ca},
 		{Name: EncryptionSecretName(name), Keys: []string{EncryptionConfigKey, EncryptionKeysKey}, Retainable: true},
 		{Name: CASecretName(name), Keys: ca, Retainable: true},
 		{Name: FrontProxyCASecretName(name), Keys: ca, Retainable: true},
@@ -216,6 +219,9 @@ func DesiredService(c *Completed) *corev1.Service {
 	if n := c.Spec.Serving.Service.NodePort; n != nil {
 		svc.Spec.Ports[0].NodePort = *n
 	}
+	if usesKonnectivity(c) {
+		svc.Spec.Ports = append(svc.Spec.Ports, konnectivityServicePort(c))
+	}
 	if a := c.Spec.Serving.Service.Annotations; len(a) > 0 {
 		svc.Annotations = a
 	}
@@ -269,10 +275,17 @@ func desiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
 		}
 		cm.Data[AdmissionConfigKey] = string(admission)
 	}
-	egress, err := EgressSelectorConfig()
+	egress, err := EgressSelectorConfig(c)
 	if err != nil {
 		return nil, err
 	}
 	cm.Data[EgressSelectorConfigKey] = string(egress)
+	if usesKonnectivity(c) {
+		kubeconfig, err := konnectivityServerKubeconfig(c)
+		if err != nil {
+			return nil, err
+		}
+		cm.Data[KonnectivityServerKubeconfigKey] = string(kubeconfig)
+	}
 	return cm, nil
 }

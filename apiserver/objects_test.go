@@ -57,10 +57,11 @@ func desiredObjectsOf(t *testing.T, cfg *v1alpha1.ApiServerConfig) (*Completed, 
 // goldenSpecs are the representative specs of the golden files: the
 // samples, and variants of them.
 var goldenSpecs = map[string]func(t *testing.T) *v1alpha1.ApiServerConfig{
-	"minimal":    func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "minimal") },
-	"ha":         func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "ha") },
-	"dualstack":  func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "dualstack") },
-	"autosizing": func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "autosizing") },
+	"minimal":      func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "minimal") },
+	"ha":           func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "ha") },
+	"dualstack":    func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "dualstack") },
+	"autosizing":   func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "autosizing") },
+	"konnectivity": func(t *testing.T) *v1alpha1.ApiServerConfig { return sample(t, "konnectivity") },
 	"ha-dualstack-master-count": func(t *testing.T) *v1alpha1.ApiServerConfig {
 		cfg := sample(t, "ha")
 		cfg.Spec.ServiceClusterIPRange = append(cfg.Spec.ServiceClusterIPRange, "fd00:10:100::/108")

@@ -37,6 +37,12 @@ type PKISecrets struct {
 	// nil unless Completed.EtcdUser is set.
 	EtcdClient *pki.KeyPair
 	EtcdCA     []byte
+	// KonnectivityServing is the konnectivity server's certificate for
+	// the agents (the serving certificate's SANs) and KonnectivityClient
+	// its client certificate (KonnectivityServerUser), both signed by the
+	// CA; nil unless spec.konnectivity is set.
+	KonnectivityServing *pki.KeyPair
+	KonnectivityClient  *pki.KeyPair
 
 	// During a rotation: the CA that will sign next, and the
 	// service-account key that will sign next (PEM private key).
@@ -162,6 +168,18 @@ func desiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
 			return nil, err
 		}
 		out = append(out, s)
+	}
+	if usesKonnectivity(c) {
+		for _, b := range []build{
+			{KonnectivityServerSecretName(c.Name), p.KonnectivityServing, nil},
+			{KonnectivityClientSecretName(c.Name), p.KonnectivityClient, map[string][]byte{CABundleKey: p.CABundle}},
+		} {
+			s, err := tlsSecret(b.name, b.kp, b.extra)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
 	}
 	for name, state := range map[string]rotation.State{CASecretName(c.Name): p.CARotation, ServiceAccountSecretName(c.Name): p.ServiceAccountKeyRotation} {
 		a, err := RotationAnnotations(state)

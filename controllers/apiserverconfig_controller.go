@@ -82,6 +82,9 @@ type ApiServerConfigReconciler struct {
 	ImageRepository string
 	// EtcdDialerImage overrides apiserver.DefaultEtcdDialerImage.
 	EtcdDialerImage string
+	// KonnectivityServerImage overrides
+	// apiserver.DefaultKonnectivityServerImage.
+	KonnectivityServerImage string
 	// MaxConcurrentReconciles is how many ApiServerConfigs are reconciled
 	// at once (DefaultMaxConcurrentReconciles when zero).
 	MaxConcurrentReconciles int

@@ -169,6 +169,17 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 		s.EtcdCA = ds.serverCA
 	}
 
+	// The konnectivity server serves the agents and reviews their tokens
+	// with certificates of its own, which it reads at start.
+	if c.Spec.Konnectivity != nil {
+		if s.KonnectivityServing, err = leaf("konnectivity-server", apiserver.KonnectivityServerSecretName(cfg.Name), ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), true); err != nil {
+			return nil, err
+		}
+		if s.KonnectivityClient, err = leaf("konnectivity-client", apiserver.KonnectivityClientSecretName(cfg.Name), ca, apiserver.KonnectivityServerCertConfig(), true); err != nil {
+			return nil, err
+		}
+	}
+
 	// The admin kubeconfig carries its own client certificate; it is
 	// renewed like the others and rewritten whenever the endpoint or the
 	// CA bundle changes (the kubeconfig is rebuilt each pass, identically

@@ -76,7 +76,8 @@ func (r *ApiServerConfigReconciler) render(p *pass) error {
 		m.Encryption = &apiserver.EncryptionMaterial{Keys: p.enc.keys, State: p.enc.state}
 	}
 	desired, err := apiserver.Desired(p.c, m, apiserver.Environment{
-		OIDCCA: p.oidcCA, Referenced: p.referencedData(), ImageRepository: r.ImageRepository, EtcdDialerImage: r.EtcdDialerImage})
+		OIDCCA: p.oidcCA, Referenced: p.referencedData(), ImageRepository: r.ImageRepository, EtcdDialerImage: r.EtcdDialerImage,
+		KonnectivityServerImage: r.KonnectivityServerImage})
 	if err != nil {
 		return err
 	}
@@ -148,6 +149,16 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 		}
 	} else if err := r.deleteIfOwned(ctx, p.cfg, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.DeploymentName(p.cfg.Name)}}); err != nil {
 		return err
+	}
+	// Without spec.konnectivity, its server's certificates go once no pod
+	// mounts them: a client certificate of the tenant's CA kept for
+	// nothing is one more to leak (reads of the informer's cache).
+	if p.c.Spec.Konnectivity == nil && p.templateKept && p.rolledOut {
+		for _, name := range apiserver.KonnectivitySecretNames(p.cfg.Name) {
+			if err := r.deleteIfOwned(ctx, p.cfg, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: name}}); err != nil {
+				return err
+			}
+		}
 	}
 	return r.observeRollout(ctx, p)
 }

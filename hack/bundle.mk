@@ -10,7 +10,8 @@ BUNDLE_VERSION ?= 0.1.0
 BUNDLE_CHANNELS ?= alpha
 BUNDLE_DEFAULT_CHANNEL ?= alpha
 # The images the operator deploys (each bundled kube-apiserver from its
-# --apiserver-image-repository, and the etcd dialer sidecar), listed in the
+# --apiserver-image-repository, the etcd dialer and konnectivity server
+# sidecars, and the konnectivity agent of the tenants' nodes), listed in the
 # CSV's relatedImages for mirroring.
 BUNDLE_APISERVER_REPOSITORY ?= localhost/apiserver-operator/kube-apiserver
 
@@ -22,6 +23,8 @@ bundle: manifests $(KUSTOMIZE) ## Regenerate the OLM bundle in bundle/ and bundl
 		-version $(BUNDLE_VERSION) -channels $(BUNDLE_CHANNELS) -default-channel $(BUNDLE_DEFAULT_CHANNEL) \
 		$(foreach v,$(KUBE_VERSIONS),-related-image kube-apiserver-$(subst .,-,$(v))=$(BUNDLE_APISERVER_REPOSITORY):$(v)) \
 		-related-image etcd-dialer=$(ETCD_DIALER_IMAGE) \
+		-related-image konnectivity-server=$(KONNECTIVITY_SERVER_IMAGE) \
+		-related-image konnectivity-agent=$(KONNECTIVITY_AGENT_IMAGE) \
 		-output-dir bundle -dockerfile bundle.Dockerfile
 	go test ./test/bundle/ -count=1
 

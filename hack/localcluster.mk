@@ -11,6 +11,16 @@ KUBE_NETWORK_POLICIES_VERSION ?= v0.8.0
 KUBE_NETWORK_POLICIES ?= $(LOCALBIN)/kube-network-policies-$(KUBE_NETWORK_POLICIES_VERSION)
 # The tag and the tarball's name are also in networkpolicy.go.
 KUBE_NETWORK_POLICIES_IMAGE := localhost/apiserver-operator/kube-network-policies:local
+# konnectivity (apiserver-network-proxy) server and agent, built from
+# upstream's sources into images of their own. Pinned in
+# apiserver/networkproxy/tools/go.mod; change both together.
+KONNECTIVITY_VERSION ?= v0.36.0
+KONNECTIVITY_TOOLS_DIR := apiserver/networkproxy/tools
+KONNECTIVITY_TOOLS_DEPS := $(KONNECTIVITY_TOOLS_DIR)/go.mod $(KONNECTIVITY_TOOLS_DIR)/go.sum
+KONNECTIVITY_SERVER ?= $(LOCALBIN)/konnectivity-server-$(KONNECTIVITY_VERSION)
+KONNECTIVITY_AGENT ?= $(LOCALBIN)/konnectivity-agent-$(KONNECTIVITY_VERSION)
+KONNECTIVITY_SERVER_IMAGE ?= localhost/apiserver-operator/konnectivity-server:$(KONNECTIVITY_VERSION)
+KONNECTIVITY_AGENT_IMAGE ?= localhost/apiserver-operator/konnectivity-agent:$(KONNECTIVITY_VERSION)
 LOCALCLUSTER_TOOLS_DIR := test/localcluster/tools
 LOCALCLUSTER_TOOLS_DEPS := $(LOCALCLUSTER_TOOLS_DIR)/go.mod $(LOCALCLUSTER_TOOLS_DIR)/go.sum
 # Where the cluster keeps all of its state; make cluster-down removes it.
@@ -25,8 +35,9 @@ PAUSE := $(LOCALBIN)/pause
 LOCALCLUSTER := $(LOCALBIN)/localcluster
 # One kube-apiserver image per bundled version, tagged with it.
 APISERVER_IMAGE_TARBALLS := $(foreach v,$(KUBE_VERSIONS),$(IMAGES_DIR)/kube-apiserver-$(v).tar)
+KONNECTIVITY_IMAGE_TARBALLS := $(IMAGES_DIR)/konnectivity-server.tar $(IMAGES_DIR)/konnectivity-agent.tar
 IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/operator.tar $(IMAGES_DIR)/etcd-dialer.tar \
-	$(IMAGES_DIR)/kube-network-policies.tar
+	$(IMAGES_DIR)/kube-network-policies.tar $(KONNECTIVITY_IMAGE_TARBALLS)
 LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(KUBE_APISERVERS) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES) $(VERSITYGW) $(METRICS_SERVER)
 LOCALCLUSTER_SOURCES := $(shell find test/localcluster -name '*.go' -not -path '*/tools/*' 2>/dev/null) go.mod go.sum
 
@@ -83,6 +94,28 @@ $(KUBE_NETWORK_POLICIES): | $(LOCALBIN)
 # At the same path as in upstream's image.
 $(IMAGES_DIR)/kube-network-policies.tar: $(KUBE_NETWORK_POLICIES) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag $(KUBE_NETWORK_POLICIES_IMAGE) --file $<:/bin/netpol --entrypoint /bin/netpol --output $@
+
+# The konnectivity server and agent, static, from the module that pins them.
+$(KONNECTIVITY_SERVER): $(KONNECTIVITY_TOOLS_DEPS) | $(LOCALBIN)
+	@echo "Building konnectivity-server $(KONNECTIVITY_VERSION) from source"
+	cd $(KONNECTIVITY_TOOLS_DIR) && $(BUNDLED_GOENV) go build -ldflags "-s -w" -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/server
+
+$(KONNECTIVITY_AGENT): $(KONNECTIVITY_TOOLS_DEPS) | $(LOCALBIN)
+	@echo "Building konnectivity-agent $(KONNECTIVITY_VERSION) from source"
+	cd $(KONNECTIVITY_TOOLS_DIR) && $(BUNDLED_GOENV) go build -ldflags "-s -w" -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/agent
+
+# At the same paths as in upstream's images.
+$(IMAGES_DIR)/konnectivity-server.tar: $(KONNECTIVITY_SERVER) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag $(KONNECTIVITY_SERVER_IMAGE) --file $<:/proxy-server --entrypoint /proxy-server --user 65532 --output $@
+
+$(IMAGES_DIR)/konnectivity-agent.tar: $(KONNECTIVITY_AGENT) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag $(KONNECTIVITY_AGENT_IMAGE) --file $<:/proxy-agent --entrypoint /proxy-agent --user 65532 --output $@
+
+.PHONY: konnectivity
+konnectivity: $(KONNECTIVITY_IMAGE_TARBALLS) ## Build the konnectivity server and agent images from source into bin/images.
+
+# test/boot runs both beside the bundled kube-apiserver.
+test: $(KONNECTIVITY_SERVER) $(KONNECTIVITY_AGENT)
 
 # The operator image: the manager built static, as config/manager expects it.
 OPERATOR_IMAGE ?= localhost/apiserver-operator/manager:dev
@@ -154,7 +187,7 @@ local-down: cluster-down ## Stop the local cluster and remove everything local-u
 ##@ Images
 
 .PHONY: images
-images: $(IMAGES_DIR)/operator.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/etcd-dialer.tar ## Write the operator, etcd dialer and every bundled kube-apiserver image as OCI tarballs into bin/images (no Docker).
+images: $(IMAGES_DIR)/operator.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/etcd-dialer.tar $(KONNECTIVITY_IMAGE_TARBALLS) ## Write the operator, etcd dialer, konnectivity server and agent, and every bundled kube-apiserver image as OCI tarballs into bin/images (no Docker).
 
 # REGISTRY is where image-push sends the images, such as
 # registry.example.com/platform; INSECURE=1 allows a plain-HTTP registry.
@@ -165,6 +198,8 @@ image-push: images ## Push the images to $(REGISTRY): make image-push REGISTRY=r
 	@test -n "$(REGISTRY)" || { echo "Set REGISTRY, for example make image-push REGISTRY=registry.example.com/platform"; exit 1; }
 	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/operator.tar --ref $(REGISTRY)/apiserver-operator/manager:$(IMAGE_TAG) $(if $(INSECURE),--insecure)
 	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/etcd-dialer.tar --ref $(REGISTRY)/apiserver-operator/etcd-dialer:$(ETCD_DIALER_VERSION) $(if $(INSECURE),--insecure)
+	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/konnectivity-server.tar --ref $(REGISTRY)/apiserver-operator/konnectivity-server:$(KONNECTIVITY_VERSION) $(if $(INSECURE),--insecure)
+	$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/konnectivity-agent.tar --ref $(REGISTRY)/apiserver-operator/konnectivity-agent:$(KONNECTIVITY_VERSION) $(if $(INSECURE),--insecure)
 	for v in $(KUBE_VERSIONS); do \
 		$(LOCALCLUSTER) push --tarball $(IMAGES_DIR)/kube-apiserver-$$v.tar --ref $(REGISTRY)/apiserver-operator/kube-apiserver:$$v $(if $(INSECURE),--insecure); \
 	done

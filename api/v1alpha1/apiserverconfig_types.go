@@ -14,6 +14,11 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.version) || self.version in ['v1.36.4', 'v1.37.1'] || has(self.image)",fieldPath=".version",messageExpression="self.version + ' is not a bundled version (v1.36.4, v1.37.1): choose one of them, or set image to a kube-apiserver image of this version'"
 // +kubebuilder:validation:XValidation:rule="!has(self.authorization) || !has(self.authorization.modes) || !('Webhook' in self.authorization.modes) || has(self.authorization.webhook)",fieldPath=".authorization.webhook",message="webhook is required when authorization.modes contains Webhook"
 // +kubebuilder:validation:XValidation:rule="!has(self.authorization) || !has(self.authorization.webhook) || (has(self.authorization.modes) && 'Webhook' in self.authorization.modes)",fieldPath=".authorization.modes",message="modes must contain Webhook when authorization.webhook is set"
+// +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || (has(self.konnectivity.port) ? self.konnectivity.port : 8132) != (has(self.serving) && has(self.serving.securePort) ? self.serving.securePort : 6443)",fieldPath=".konnectivity.port",message="the agents' port must differ from spec.serving.securePort: both are ports of the apiserver pods and of the tenant's Service"
+// +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || (has(self.konnectivity.port) ? self.konnectivity.port : 8132) != (has(self.serving) && has(self.serving.service) && has(self.serving.service.port) ? self.serving.service.port : 443)",fieldPath=".konnectivity.port",message="the agents' port must differ from spec.serving.service.port: both are ports of the tenant's Service"
+// +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || !has(self.serving) || !has(self.serving.securePort) || !(self.serving.securePort in [8133, 8134])",fieldPath=".serving.securePort",message="ports 8133 and 8134 are the konnectivity server's admin and health ports in the apiserver pods when spec.konnectivity is set: choose another securePort"
+// +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || !has(self.konnectivity.nodePort) || (has(self.serving) && has(self.serving.service) && has(self.serving.service.type) && self.serving.service.type != 'ClusterIP')",fieldPath=".konnectivity.nodePort",message="nodePort requires spec.serving.service.type NodePort or LoadBalancer"
+// +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || !has(self.konnectivity.nodePort) || !has(self.serving) || !has(self.serving.service) || !has(self.serving.service.nodePort) || self.konnectivity.nodePort != self.serving.service.nodePort",fieldPath=".konnectivity.nodePort",message="the agents' node port must differ from spec.serving.service.nodePort"
 // +kubebuilder:validation:XValidation:rule="has(self.restore) == has(oldSelf.restore)",fieldPath=".restore",message="restore is immutable: it is set when the tenant is created, and read once, before its first start"
 type ApiServerConfigSpec struct {
 	// Version of kube-apiserver to run, as vMAJOR.MINOR.PATCH. Defaults to
@@ -203,6 +208,20 @@ type ApiServerConfigSpec struct {
 	// +optional
 	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 
+	// Konnectivity runs the upstream network proxy (konnectivity) server
+	// beside each apiserver, so that the apiservers reach the tenant's
+	// nodes, wherever those are, through tunnels the nodes' agents open:
+	// kubectl logs, exec, attach, port-forward and proxy, webhooks and
+	// aggregated APIs served from the tenant's pods. Without it (the
+	// default) the apiservers dial nodes and pods directly, which works
+	// only where the management cluster's network reaches them. Turning
+	// it on rolls the apiservers once; kube-apiserver then sends all of
+	// its traffic to the cluster through the proxy, so calls to nodes
+	// fail until agents are connected: install the agent side first (see
+	// docs/konnectivity.md).
+	// +optional
+	Konnectivity *KonnectivitySpec `json:"konnectivity,omitempty"`
+
 	// Restore starts the tenant from a backup (an ApiServerBackup of its
 	// namespace) instead of an empty prefix. It is read before the
 	// tenant's first apiserver starts, and may not change afterwards.
@@ -281,6 +300,36 @@ type NetworkPolicySpec struct {
 	// +listType=atomic
 	// +optional
 	Egress []networkingv1.NetworkPolicyEgressRule `json:"egress,omitempty"`
+}
+
+// KonnectivitySpec configures the network proxy between the apiservers
+// and the tenant's nodes.
+type KonnectivitySpec struct {
+	// Port is where agents connect: a port of the apiserver pods, named
+	// konnectivity, and of the tenant's Service. It must differ from
+	// spec.serving.securePort and from the server's own health (8134)
+	// and admin (8133) ports; the server takes 1024 to 49151.
+	// +kubebuilder:default=8132
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=49151
+	// +kubebuilder:validation:XValidation:rule="self != 8133 && self != 8134",message="8133 and 8134 are the konnectivity server's admin and health ports"
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// NodePort requests a fixed node port for the agents' port of a
+	// NodePort or LoadBalancer Service; allocated by the cluster when
+	// unset.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	NodePort *int32 `json:"nodePort,omitempty"`
+
+	// Resources of the konnectivity-server sidecar. By default it
+	// requests 25m CPU and 64Mi of memory and has no limit: the server
+	// buffers what it relays, and an OOM kill would cut every tunnel of
+	// the pod at once.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // EndpointReconcilerType is kube-apiserver's --endpoint-reconciler-type.

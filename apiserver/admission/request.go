@@ -100,6 +100,9 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 			ServiceAccountSigningKey: saPrivate, ServiceAccountPublicKeys: saPublic,
 			AdminKubeconfig: []byte("unused"),
 			EtcdClient:      etcdClient, EtcdCA: bundle,
+			// The konnectivity server's files are not kube-apiserver's:
+			// any client certificate of the CA stands in.
+			KonnectivityServing: serving, KonnectivityClient: kubelet,
 		},
 		etcd:       map[string][]byte{"ca": bundle, "cert": etcdClient.CertPEM(), "key": etcdKey},
 		encryption: apiserver.EncryptionKey{Name: "validation", Provider: v1alpha1.EncryptionSecretbox, Secret: secret},

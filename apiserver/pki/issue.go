@@ -114,6 +114,11 @@ func EtcdClientCertConfig() CertConfig {
 	return clientCertConfig(EtcdClientCommonName)
 }
 
+// ClientCertConfigFor is the client certificate of user in groups.
+func ClientCertConfigFor(user string, groups ...string) CertConfig {
+	return clientCertConfig(user, groups...)
+}
+
 func clientCertConfig(user string, groups ...string) CertConfig {
 	return CertConfig{
 		CommonName:   user,

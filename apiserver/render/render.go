@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"sigs.k8s.io/yaml"
@@ -44,6 +45,9 @@ type Options struct {
 	ImageRepository string
 	// EtcdDialerImage is the operator's --etcd-dialer-image.
 	EtcdDialerImage string
+	// KonnectivityServerImage is the operator's
+	// --konnectivity-server-image.
+	KonnectivityServerImage string
 	// Admission is the operator's admission (its validators), so that
 	// rendering refuses exactly what admission refuses.
 	Admission admission.Admission
@@ -70,7 +74,7 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	if err != nil {
 		return err
 	}
-	env.OIDCCA, env.ImageRepository, env.EtcdDialerImage = nil, opts.ImageRepository, opts.EtcdDialerImage
+	env.OIDCCA, env.ImageRepository, env.EtcdDialerImage, env.KonnectivityServerImage = nil, opts.ImageRepository, opts.EtcdDialerImage, opts.KonnectivityServerImage
 	desired, err := apiserver.Desired(c, m, env)
 	if err != nil {
 		return err
@@ -126,6 +130,16 @@ func redact(s *corev1.Secret) *corev1.Secret {
 func admit(manifest, crdYAML []byte, judge admission.Admission) (*v1alpha1.ApiServerConfig, error) {
 	u := &unstructured.Unstructured{}
 	if err := yaml.UnmarshalStrict(manifest, &u.Object); err != nil {
+		return nil, fmt.Errorf("reading the manifest: %w", err)
+	}
+	// Again, with whole numbers as integers, as the API server reads them:
+	// CEL rules compare integer fields with integers.
+	doc, err := yaml.YAMLToJSON(manifest)
+	if err != nil {
+		return nil, fmt.Errorf("reading the manifest: %w", err)
+	}
+	u.Object = nil
+	if err := utiljson.Unmarshal(doc, &u.Object); err != nil {
 		return nil, fmt.Errorf("reading the manifest: %w", err)
 	}
 	gvk := u.GroupVersionKind()

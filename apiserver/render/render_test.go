@@ -108,6 +108,11 @@ func TestRender_RefusesWhatAdmissionRefuses(t *testing.T) {
 		"  etcd:\n    servers: [\"etcd-0:2379\"]\n":                   "spec.etcd.servers[0]: Invalid value: \"etcd-0:2379\": must be an http:// or https:// URL",
 		"  featureGates:\n    MultiCIDRServiceAllocator: false\n":     "MultiCIDRServiceAllocator is locked to true in kube-apiserver v1.37.1",
 		"  extraArgs:\n  - name: goaway-chance\n    value: \"0.5\"\n": "spec.extraArgs[0].value: Invalid value: \"0.5\": kube-apiserver v1.37.1 would refuse to start: --goaway-chance can not be less than 0 or greater than 0.02",
+		// CEL rules on integers: the manifest's numbers are read as the
+		// API server reads them.
+		"  konnectivity:\n    port: 6443\n":                                               "spec.konnectivity.port: Invalid value: the agents' port must differ from spec.serving.securePort",
+		"  konnectivity: {}\n  serving:\n    service:\n      port: 8132\n":                "spec.konnectivity.port: Invalid value: the agents' port must differ from spec.serving.service.port",
+		"  konnectivity: {}\n  extraArgs:\n  - name: bind-address\n    value: 10.1.2.3\n": "spec.extraArgs[0].value: Invalid value: \"10.1.2.3\": with spec.konnectivity",
 	}
 	for extra, want := range cases {
 		manifest := base + extra

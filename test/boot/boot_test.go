@@ -171,6 +171,19 @@ type booted struct {
 	dialed    *dialCounter
 	// args is the command line the operator rendered.
 	args []string
+	// ca is the cluster CA.
+	ca *pki.KeyPair
+	// konnectivity is the konnectivity server sidecar, when the spec
+	// has one.
+	konnectivity *konnectivityServer
+}
+
+// konnectivityServer is the konnectivity server as boot started it.
+type konnectivityServer struct {
+	cmd        *exec.Cmd
+	args       []string
+	healthPort int
+	socket     string
 }
 
 // boot runs the bundled kube-apiserver of cfg with exactly what the
@@ -203,6 +216,11 @@ func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 	sa := must(pki.NewServiceAccountKey(alg))
 	admin := must(pki.NewSignedCert(ca, pki.AdminCertConfig(), alg, time.Hour, now))
 	caBundle := pki.TrustBundle(now, ca.Cert())
+	var konnectivityServing, konnectivityClient *pki.KeyPair
+	if cfg.Spec.Konnectivity != nil {
+		konnectivityServing = must(pki.NewSignedCert(ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), alg, time.Hour, now))
+		konnectivityClient = must(pki.NewSignedCert(ca, apiserver.KonnectivityServerCertConfig(), alg, time.Hour, now))
+	}
 	objs := must(apiserver.Desired(c, apiserver.Material{
 		PKI: apiserver.PKISecrets{
 			CA: ca, CABundle: caBundle, Serving: serving, KubeletClient: kubeletClient,
@@ -210,6 +228,7 @@ func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 			ServiceAccountSigningKey: must(sa.PrivateKeyPEM()), ServiceAccountPublicKeys: must(pki.PublicKeysPEM(sa.Public())),
 			AdminKubeconfig: must(pki.AdminKubeconfig(cfg.Name, c.Endpoint, caBundle, admin.CertPEM(), must(admin.KeyPEM()))),
 			EtcdClient:      etcdClient, EtcdCA: etcdCA.CertPEM(),
+			KonnectivityServing: konnectivityServing, KonnectivityClient: konnectivityClient,
 		},
 		Encryption: &apiserver.EncryptionMaterial{Keys: encryptionKeys},
 	}, apiserver.Environment{}))
@@ -235,14 +254,44 @@ func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 	dialer := &etcddialer.Server{Allowed: c.Etcd.Addresses, Dial: dialed.dial}
 	go func() { _ = dialer.Serve(dialerCtx, must(etcddialer.Listen(socket))) }()
 
+	// The konnectivity server's socket, beside the dialer's.
+	konnectivitySocket := filepath.Join(socketDir, "konnectivity.sock")
+
 	// The files of the operator's objects, where the pods mount them.
 	for path, data := range objs.PodFiles(c, nil) {
 		if path == apiserver.EgressSelectorConfigFile {
 			data = bytes.ReplaceAll(data, []byte(apiserver.EtcdDialerSocket), []byte(socket))
+			data = bytes.ReplaceAll(data, []byte(apiserver.KonnectivitySocket), []byte(konnectivitySocket))
+		}
+		if path == apiserver.KonnectivityKubeconfigFile {
+			data = bytes.ReplaceAll(data, []byte(apiserver.KonnectivityServerDir+"/"), []byte(root(apiserver.KonnectivityServerDir)+"/"))
 		}
 		if len(data) > 0 {
 			write(t, root(path), data)
 		}
+	}
+
+	// The konnectivity server sidecar, with its rendered command line, its
+	// files under dir, and ports of the test's instead of its fixed admin
+	// and health ports.
+	var konnectivity *konnectivityServer
+	for _, ctr := range objs.Deployment.Spec.Template.Spec.InitContainers {
+		if ctr.Name != "konnectivity-server" {
+			continue
+		}
+		konnectivity = &konnectivityServer{healthPort: freePort(t), socket: konnectivitySocket}
+		adminPort := freePort(t)
+		var kargs []string
+		for _, a := range ctr.Args {
+			a = strings.ReplaceAll(a, "$(POD_NAME)", "boot-0")
+			a = strings.ReplaceAll(a, "="+apiserver.KonnectivityServerDir+"/", "="+root(apiserver.KonnectivityServerDir)+"/")
+			a = strings.ReplaceAll(a, "="+apiserver.KonnectivitySocket, "="+konnectivitySocket)
+			a = strings.ReplaceAll(a, fmt.Sprintf("--admin-port=%d", apiserver.KonnectivityAdminPort), fmt.Sprintf("--admin-port=%d", adminPort))
+			a = strings.ReplaceAll(a, fmt.Sprintf("--health-port=%d", apiserver.KonnectivityHealthPort), fmt.Sprintf("--health-port=%d", konnectivity.healthPort))
+			kargs = append(kargs, a)
+		}
+		konnectivity.args = kargs
+		konnectivity.cmd = start(t, dir, "konnectivity-server-"+apiserver.KonnectivityVersion, kargs...)
 	}
 	for i, a := range args {
 		a = strings.ReplaceAll(a, "$("+apiserver.PodIPEnv+")", "127.0.0.1")
@@ -292,7 +341,8 @@ func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 	kubeconfig := must(pki.AdminKubeconfig("boot", base, pki.TrustBundle(now, ca.Cert()), admin.CertPEM(), must(admin.KeyPEM())))
 	restConfig := must(clientcmd.RESTConfigFromKubeConfig(kubeconfig))
 	cs := must(kubernetes.NewForConfig(restConfig))
-	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed, args: rendered}
+	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed, args: rendered,
+		ca: ca, konnectivity: konnectivity}
 }
 
 func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {

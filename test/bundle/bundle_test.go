@@ -345,12 +345,14 @@ func TestBundleIsUpToDate(t *testing.T) {
 	out := t.TempDir()
 	rendered := kustomizeBuildRaw(t, "config/manifests")
 	args := []string{"run", "./hack/bundle-gen", "-version", "0.1.0", "-channels", "alpha", "-default-channel", "alpha"}
-	// Every bundled kube-apiserver image and the etcd dialer's, as
+	// Every bundled kube-apiserver image, the etcd dialer's and konnectivity's, as
 	// hack/bundle.mk lists them.
 	for _, v := range controlplanev1alpha1.BundledVersions {
 		args = append(args, "-related-image", "kube-apiserver-"+strings.ReplaceAll(v, ".", "-")+"=localhost/apiserver-operator/kube-apiserver:"+v)
 	}
 	args = append(args, "-related-image", "etcd-dialer="+apiserver.DefaultEtcdDialerImage,
+		"-related-image", "konnectivity-server="+apiserver.DefaultKonnectivityServerImage,
+		"-related-image", "konnectivity-agent="+apiserver.DefaultKonnectivityAgentImage,
 		"-output-dir", filepath.Join(out, "bundle"), "-dockerfile", filepath.Join(out, "bundle.Dockerfile"))
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root

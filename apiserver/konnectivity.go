@@ -1,0 +1,275 @@
+package apiserver
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+)
+
+// The network proxy (spec.konnectivity): upstream's konnectivity server
+// runs as a native sidecar of each apiserver pod. Agents on the tenant's
+// nodes dial it on the agents' port (a port of the pod and of the tenant's
+// Service) and hold gRPC tunnels open; kube-apiserver sends its "cluster"
+// egress (kubelets, pods, Services of the tenant: logs, exec,
+// port-forward, proxy, webhooks, aggregated APIs) to the server over a
+// Unix socket, and the server picks a tunnel. The server authenticates an
+// agent by its bound service-account token of the tenant (audience
+// KonnectivityAudience), which it has the tenant's apiserver review with a
+// client certificate of its own (KonnectivityServerUser).
+const (
+	// KonnectivityVersion is the upstream release (sigs.k8s.io/
+	// apiserver-network-proxy) the server and agent images are built from
+	// (apiserver/networkproxy/tools/go.mod), and their tag.
+	KonnectivityVersion = "v0.36.0"
+	// DefaultKonnectivityServerImage is the server sidecar's image
+	// (make konnectivity); the operator's --konnectivity-server-image
+	// overrides it.
+	DefaultKonnectivityServerImage = "localhost/apiserver-operator/konnectivity-server:" + KonnectivityVersion
+	// DefaultKonnectivityAgentImage is the agents' image.
+	DefaultKonnectivityAgentImage = "localhost/apiserver-operator/konnectivity-agent:" + KonnectivityVersion
+	// KonnectivityServerCommand is the server's executable in its image,
+	// where upstream's image has it.
+	KonnectivityServerCommand = "/proxy-server"
+
+	// DefaultKonnectivityPort is spec.konnectivity.port's default, the
+	// port upstream's documentation uses.
+	DefaultKonnectivityPort = 8132
+	// KonnectivityAdminPort (loopback only: metrics, pprof) and
+	// KonnectivityHealthPort (kubelet's probes) are the server's other
+	// ports in the pod.
+	KonnectivityAdminPort  = 8133
+	KonnectivityHealthPort = 8134
+
+	// KonnectivityServerUser is the user of the server's client
+	// certificate: the tenant grants it system:auth-delegator, to review
+	// agents' tokens.
+	KonnectivityServerUser = "system:konnectivity-server"
+	// KonnectivityAudience is the audience of the agents' tokens, and
+	// KonnectivityAgentNamespace and KonnectivityAgentServiceAccount the
+	// service account the server accepts them from.
+	KonnectivityAudience            = "system:konnectivity-server"
+	KonnectivityAgentNamespace      = "kube-system"
+	KonnectivityAgentServiceAccount = "konnectivity-agent"
+
+	// KonnectivityServerKubeconfigKey is the server's kubeconfig in the
+	// operator's ConfigMap: it names the files of its client certificate.
+	KonnectivityServerKubeconfigKey = "konnectivity-server.kubeconfig"
+
+	// konnectivityServerVolume carries the server's own files (its
+	// certificates, its kubeconfig), mounted in its container only;
+	// konnectivitySocketVolume is the emptyDir of its socket, shared with
+	// kube-apiserver.
+	konnectivityServerVolume = "konnectivity-server"
+	konnectivitySocketVolume = "konnectivity"
+)
+
+// Paths in the pod: the socket kube-apiserver dials (in an emptyDir both
+// containers mount) and the server's files.
+const (
+	KonnectivityDir    = "/run/konnectivity"
+	KonnectivitySocket = KonnectivityDir + "/konnectivity-server.socket"
+
+	KonnectivityServerDir = "/etc/konnectivity-server"
+	// The agents' serving certificate, for the apiservers' SANs, which
+	// name the Service the agents dial.
+	KonnectivityAgentServingCertFile = KonnectivityServerDir + "/serving.crt"
+	KonnectivityAgentServingKeyFile  = KonnectivityServerDir + "/serving.key"
+	// The client certificate that reviews agents' tokens, the CA bundle
+	// that verifies the apiserver, and the kubeconfig naming them.
+	KonnectivityClientCertFile = KonnectivityServerDir + "/client.crt"
+	KonnectivityClientKeyFile  = KonnectivityServerDir + "/client.key"
+	KonnectivityCAFile         = KonnectivityServerDir + "/ca.crt"
+	KonnectivityKubeconfigFile = KonnectivityServerDir + "/kubeconfig"
+)
+
+// KonnectivityServerSecretName is the Secret of the server's certificate
+// for the agents (the apiservers' SANs: the agents dial the tenant's
+// Service), and KonnectivityClientSecretName that of its client
+// certificate, with the CA bundle that verifies its apiserver. Neither is
+// kube-apiserver's own: the sidecar holds none of kube-apiserver's keys.
+func KonnectivityServerSecretName(name string) string { return name + "-konnectivity-server" }
+func KonnectivityClientSecretName(name string) string { return name + "-konnectivity-client" }
+
+// KonnectivitySecretNames are the Secrets only a tenant with
+// spec.konnectivity has: the controller deletes them once its pods run
+// without the server.
+func KonnectivitySecretNames(name string) []string {
+	return []string{KonnectivityServerSecretName(name), KonnectivityClientSecretName(name)}
+}
+
+// usesKonnectivity says whether c's pods run the konnectivity server.
+func usesKonnectivity(c *Completed) bool { return c.Spec.Konnectivity != nil }
+
+// KonnectivityServerCertConfig is the server's client certificate, signed
+// by the cluster CA.
+func KonnectivityServerCertConfig() pki.CertConfig {
+	return pki.ClientCertConfigFor(KonnectivityServerUser)
+}
+
+// konnectivityServerKubeconfig is the server's kubeconfig: the apiserver
+// of its own pod, over loopback (a SAN of the serving certificate), with
+// the client certificate and CA bundle of its Secret as files.
+func konnectivityServerKubeconfig(c *Completed) ([]byte, error) {
+	const name = "apiserver"
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[name] = &clientcmdapi.Cluster{
+		Server:               "https://127.0.0.1:" + strconv.Itoa(int(c.Spec.Serving.SecurePort)),
+		CertificateAuthority: KonnectivityCAFile,
+	}
+	cfg.AuthInfos[KonnectivityServerUser] = &clientcmdapi.AuthInfo{
+		ClientCertificate: KonnectivityClientCertFile,
+		ClientKey:         KonnectivityClientKeyFile,
+	}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: KonnectivityServerUser}
+	cfg.CurrentContext = name
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the konnectivity server's kubeconfig: %w", err)
+	}
+	return out, nil
+}
+
+// konnectivityServicePort is the agents' port of the tenant's Service.
+func konnectivityServicePort(c *Completed) corev1.ServicePort {
+	k := c.Spec.Konnectivity
+	p := corev1.ServicePort{
+		Name:       konnectivityPortName,
+		Protocol:   corev1.ProtocolTCP,
+		Port:       k.Port,
+		TargetPort: intstr.FromString(konnectivityPortName),
+	}
+	if k.NodePort != nil {
+		p.NodePort = *k.NodePort
+	}
+	return p
+}
+
+const (
+	konnectivityPortName       = "konnectivity"
+	konnectivityHealthPortName = "konn-health"
+)
+
+// konnectivityServer is the server's native sidecar: it starts before
+// kube-apiserver and stops after it, so that kube-apiserver's socket is
+// there for its whole life. It answers agents on the agents' port,
+// kube-apiserver on the socket.
+func konnectivityServer(c *Completed, image string, securityContext *corev1.SecurityContext) corev1.Container {
+	k := c.Spec.Konnectivity
+	resources := corev1.ResourceRequirements{
+		// It relays every byte of logs, exec and port-forward, and
+		// buffers what a slow side has not read: no memory limit, since
+		// an OOM kill would cut every tunnel of the pod at once.
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("25m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	if k.Resources != nil {
+		resources = *k.Resources.DeepCopy()
+	}
+	health := func(period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: "/healthz", Port: intstr.FromString(konnectivityHealthPortName), Scheme: corev1.URISchemeHTTP,
+			}},
+			PeriodSeconds:    period,
+			TimeoutSeconds:   5,
+			FailureThreshold: failures,
+		}
+	}
+	return corev1.Container{
+		Name:            "konnectivity-server",
+		Image:           cmp.Or(image, DefaultKonnectivityServerImage),
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{KonnectivityServerCommand},
+		Args: []string{
+			"--mode=grpc",
+			"--uds-name=" + KonnectivitySocket,
+			"--delete-existing-uds-file=true",
+			"--server-port=0",
+			"--server-id=$(" + podNameEnv + ")",
+			// Agents connect until they hold a tunnel to this many
+			// servers, one per apiserver.
+			"--server-count=" + strconv.Itoa(int(*c.Spec.MasterCount)),
+			"--agent-port=" + strconv.Itoa(int(k.Port)),
+			"--admin-port=" + strconv.Itoa(KonnectivityAdminPort),
+			"--admin-bind-address=127.0.0.1",
+			"--health-port=" + strconv.Itoa(KonnectivityHealthPort),
+			"--cluster-cert=" + KonnectivityAgentServingCertFile,
+			"--cluster-key=" + KonnectivityAgentServingKeyFile,
+			"--agent-namespace=" + KonnectivityAgentNamespace,
+			"--agent-service-account=" + KonnectivityAgentServiceAccount,
+			"--authentication-audience=" + KonnectivityAudience,
+			"--kubeconfig=" + KonnectivityKubeconfigFile,
+			// Every agent's token is reviewed when it connects: after a
+			// roll, all of the tenant's agents at once (client-go's
+			// default is 5 per second).
+			"--kubeconfig-qps=100",
+			"--kubeconfig-burst=200",
+			// A tunnel through NAT is kept alive by traffic: the server
+			// pings idle agents every 30 s (upstream's default is an hour).
+			"--keepalive-time=30s",
+			// A request for a node goes to that node's agent when it has
+			// one, to any agent otherwise.
+			"--proxy-strategies=destHost,default",
+			// The agents' port takes the TLS of the apiservers' port.
+			"--tls-min-version=" + c.Spec.Serving.TLS.MinVersion,
+			"--cipher-suites=" + strings.Join(cipherSuites(c), ","),
+		},
+		Env: []corev1.EnvVar{{
+			Name:      podNameEnv,
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+		}},
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Ports: []corev1.ContainerPort{
+			{Name: konnectivityPortName, ContainerPort: k.Port, Protocol: corev1.ProtocolTCP},
+			{Name: konnectivityHealthPortName, ContainerPort: KonnectivityHealthPort, Protocol: corev1.ProtocolTCP},
+		},
+		// Liveness only: the server is ready as soon as it listens, and
+		// kubelet starts kube-apiserver once its startup probe passes.
+		StartupProbe:  health(1, 60),
+		LivenessProbe: health(10, 6),
+		Resources:     resources,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: konnectivitySocketVolume, MountPath: KonnectivityDir},
+			{Name: konnectivityServerVolume, MountPath: KonnectivityServerDir, ReadOnly: true},
+		},
+		SecurityContext:          securityContext.DeepCopy(),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+// podNameEnv is the pod's name in the server's environment: its server ID,
+// which agents and metrics report.
+const podNameEnv = "POD_NAME"
+
+// validateKonnectivity refuses what would leave the konnectivity server
+// unable to review agents' tokens: it calls its apiserver at 127.0.0.1, so
+// kube-apiserver must listen there (--bind-address all addresses, or
+// 127.0.0.1).
+func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Path) field.ErrorList {
+	if spec.Konnectivity == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	for i, a := range spec.ExtraArgs {
+		if a.Name != "bind-address" {
+			continue
+		}
+		if ip := net.ParseIP(a.Value); ip == nil || !ip.IsUnspecified() && !ip.Equal(net.IPv4(127, 0, 0, 1)) {
+			errs = append(errs, field.Invalid(specPath.Child("extraArgs").Index(i).Child("value"), a.Value,
+				"with spec.konnectivity, the konnectivity server reviews the agents' tokens with its apiserver at 127.0.0.1: bind-address must be 0.0.0.0, :: or 127.0.0.1"))
+		}
+	}
+	return errs
+}
