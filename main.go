@@ -89,6 +89,7 @@ type options struct {
 	imageRepository              string
 	etcdDialerImage              string
 	konnectivityServerImage      string
+	konnectivityAgentImage       string
 	concurrency                  int
 	pprofAddr                    string
 	metricsCertDir               string
@@ -144,6 +145,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Image of the etcd dialer, the sidecar through which each kube-apiserver reaches etcd: it holds kube-apiserver's connection while etcd is down, so that kube-apiserver serves again within moments of etcd's return.")
 	fs.StringVar(&o.konnectivityServerImage, "konnectivity-server-image", apiserver.DefaultKonnectivityServerImage,
 		"Image of the konnectivity server, the sidecar through which each kube-apiserver of a tenant with spec.konnectivity reaches the tenant's nodes (upstream's apiserver-network-proxy server, "+apiserver.KonnectivityVersion+").")
+	fs.StringVar(&o.konnectivityAgentImage, "konnectivity-agent-image", apiserver.DefaultKonnectivityAgentImage,
+		"Image of the konnectivity agents of a tenant's nodes, in the manifests the operator publishes for the tenant (ConfigMap <name>-konnectivity-agent): where the tenant's nodes pull it from.")
 	fs.BoolVar(&o.webhooks, "webhooks", true,
 		"Serve the admission webhooks; turn off only where no webhook configuration points at this manager.")
 	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 1500*time.Millisecond,
@@ -344,6 +347,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		ImageRepository:         o.imageRepository,
 		EtcdDialerImage:         o.etcdDialerImage,
 		KonnectivityServerImage: o.konnectivityServerImage,
+		KonnectivityAgentImage:  o.konnectivityAgentImage,
 		MaxConcurrentReconciles: o.concurrency,
 		Namespaces:              mgrOpts.Cache.DefaultNamespaces,
 		StallAfter:              o.stallAfter,

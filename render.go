@@ -28,6 +28,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	repo := fs.String("apiserver-image-repository", apiserver.DefaultImageRepository, "Repository of the bundled kube-apiserver image, as the operator is configured.")
 	dialerImage := fs.String("etcd-dialer-image", apiserver.DefaultEtcdDialerImage, "Image of the etcd dialer sidecar, as the operator is configured.")
 	konnectivityImage := fs.String("konnectivity-server-image", apiserver.DefaultKonnectivityServerImage, "Image of the konnectivity server sidecar, as the operator is configured.")
+	agentImage := fs.String("konnectivity-agent-image", apiserver.DefaultKonnectivityAgentImage, "Image of the konnectivity agents of the tenant's nodes, as the operator is configured.")
 	clusterIP := fs.String("service-cluster-ip", "", "ClusterIP of the apiservers' Service, if known (it goes in the serving certificate).")
 	validatorDir := fs.String("validator-dir", defaultValidatorDir(), "Directory with the kube-apiserver validators ("+validatorpool.BinaryPrefix+"<version>), as the operator is configured.")
 	podIP := fs.String("pod-ip", admission.DefaultPodIP, "An address of the pod network the apiserver pods would run on (its family must match the first service range).")
@@ -52,6 +53,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 		ImageRepository:         *repo,
 		EtcdDialerImage:         *dialerImage,
 		KonnectivityServerImage: *konnectivityImage,
+		KonnectivityAgentImage:  *agentImage,
 		Inputs:                  apiserver.Inputs{ServiceClusterIP: *clusterIP},
 		Admission:               admission.Admission{Validator: validators, PodIP: *podIP},
 	})

@@ -46,8 +46,10 @@ type Environment struct {
 	// EtcdDialerImage overrides DefaultEtcdDialerImage (operator setting).
 	EtcdDialerImage string
 	// KonnectivityServerImage overrides DefaultKonnectivityServerImage
-	// (operator setting).
+	// and KonnectivityAgentImage DefaultKonnectivityAgentImage (operator
+	// settings).
 	KonnectivityServerImage string
+	KonnectivityAgentImage  string
 }
 
 // Objects are everything the operator owns for one tenant, and the
@@ -69,6 +71,9 @@ type Objects struct {
 	// NetworkPolicy is nil when the tenant has none (spec.networkPolicy
 	// not Enforced): one the operator made is deleted.
 	NetworkPolicy *networkingv1.NetworkPolicy
+	// KonnectivityAgent publishes the agents' manifests for the tenant;
+	// nil without spec.konnectivity: one the operator made is deleted.
+	KonnectivityAgent *corev1.ConfigMap
 }
 
 // data finds the data of the objects the pods mount: the operator's own,
@@ -98,6 +103,9 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 	o := &Objects{Args: args, Service: DesiredService(c), PodDisruptionBudget: desiredPodDisruptionBudget(c)}
 	o.NetworkPolicy, _ = desiredNetworkPolicy(c)
 	if o.ConfigMap, err = desiredConfigMap(c, env.OIDCCA); err != nil {
+		return nil, err
+	}
+	if o.KonnectivityAgent, err = desiredKonnectivityAgentConfigMap(c, env.KonnectivityAgentImage); err != nil {
 		return nil, err
 	}
 	if o.Secrets, err = desiredPKISecrets(c, m.PKI); err != nil {

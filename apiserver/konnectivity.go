@@ -1,19 +1,27 @@
 package apiserver
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"net"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
@@ -257,9 +265,15 @@ const podNameEnv = "POD_NAME"
 // unable to review agents' tokens: it calls its apiserver at 127.0.0.1, so
 // kube-apiserver must listen there (--bind-address all addresses, or
 // 127.0.0.1).
-func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Path) field.ErrorList {
+// It warns when the agents dial a name the serving certificate may not
+// carry.
+func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Path, warnings *[]string) field.ErrorList {
 	if spec.Konnectivity == nil {
 		return nil
+	}
+	if host := spec.Konnectivity.Agent.Host; host != "" && host != spec.Serving.ExternalHostname && !slices.Contains(spec.Serving.ExtraSANs, host) {
+		*warnings = append(*warnings, fmt.Sprintf("spec.konnectivity.agent.host: the agents dial %s, which is neither spec.serving.externalHostname nor in spec.serving.extraSANs: "+
+			"the servers' certificate names it only if it is the LoadBalancer's address, and the agents refuse a server it does not name", host))
 	}
 	var errs field.ErrorList
 	for i, a := range spec.ExtraArgs {
@@ -272,4 +286,174 @@ func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Pa
 		}
 	}
 	return errs
+}
+
+// The agent side, for the tenant (KonnectivityAgentConfigMap).
+const (
+	// KonnectivityAgentManifestsKey is the tenant's manifests in the
+	// ConfigMap KonnectivityAgentConfigMapName names.
+	KonnectivityAgentManifestsKey = "konnectivity-agent.yaml"
+	// konnectivityAgentHealthPort and konnectivityAgentAdminPort are the
+	// agents' own ports in their pods.
+	konnectivityAgentHealthPort = 8093
+	konnectivityAgentAdminPort  = 8094
+	// konnectivityAgentTokenDir holds the agent's bound token (a path,
+	// not a credential).
+	konnectivityAgentTokenDir  = "/var/run/secrets/tokens"  //nolint:gosec // G101: a path.
+	konnectivityAgentTokenFile = "konnectivity-agent-token" //nolint:gosec // G101: a file name.
+	// konnectivityAgentCAFile is the tenant's CA bundle as every pod of
+	// the tenant gets it (kube-root-ca.crt, with its token).
+	konnectivityAgentCAFile = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+)
+
+// KonnectivityAgentConfigMapName is the ConfigMap of the agents'
+// manifests, in the tenant's namespace of the management cluster.
+func KonnectivityAgentConfigMapName(name string) string { return name + "-konnectivity-agent" }
+
+// konnectivityAgentEndpoint is where the agents dial.
+func konnectivityAgentEndpoint(c *Completed) (string, int32) {
+	k := c.Spec.Konnectivity
+	host := cmp.Or(k.Agent.Host, c.Spec.Serving.ExternalHostname)
+	port := k.Port
+	if k.Agent.Port != nil {
+		port = *k.Agent.Port
+	}
+	return host, port
+}
+
+// KonnectivityAgentObjects are what the tenant runs for the agents: the
+// right of the servers' user to review tokens, the agents' service
+// account, and a DaemonSet of agents (one per node, so that a node's own
+// agent carries its traffic), each dialing every server through the
+// Service with a bound token of that account.
+func KonnectivityAgentObjects(c *Completed, image string) []runtime.Object {
+	k := c.Spec.Konnectivity
+	host, port := konnectivityAgentEndpoint(c)
+	labels := map[string]string{"k8s-app": KonnectivityAgentServiceAccount}
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: KonnectivityAgentNamespace, Labels: labels}
+	}
+	resources := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	if k.Agent.Resources != nil {
+		resources = *k.Agent.Resources.DeepCopy()
+	}
+	tolerations := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	if k.Agent.Tolerations != nil {
+		tolerations = k.Agent.Tolerations
+	}
+	probe := func(path string) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(konnectivityAgentHealthPort)}},
+			PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 3,
+		}
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: KonnectivityServerUser, Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: KonnectivityServerUser}},
+	}
+	sa := &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: meta(KonnectivityAgentServiceAccount),
+	}
+	ds := &appsv1.DaemonSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: meta(KonnectivityAgentServiceAccount),
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
+				Type:          appsv1.RollingUpdateDaemonSetStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("10%"))},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: KonnectivityAgentServiceAccount,
+					// The token below is the agent's only credential.
+					AutomountServiceAccountToken: ptr.To(false),
+					PriorityClassName:            "system-node-critical",
+					NodeSelector:                 k.Agent.NodeSelector,
+					Tolerations:                  tolerations,
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To[int64](nonRootUID),
+						RunAsGroup:     ptr.To[int64](nonRootUID),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:            KonnectivityAgentServiceAccount,
+						Image:           cmp.Or(image, DefaultKonnectivityAgentImage),
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Command:         []string{"/proxy-agent"},
+						Args: []string{
+							"--proxy-server-host=" + host,
+							"--proxy-server-port=" + strconv.Itoa(int(port)),
+							"--ca-cert=" + konnectivityAgentCAFile,
+							"--service-account-token-path=" + konnectivityAgentTokenDir + "/" + konnectivityAgentTokenFile,
+							// The servers send a node's traffic to its own
+							// agent (--proxy-strategies=destHost,default).
+							"--agent-identifiers=ipv4=$(HOST_IP)",
+							"--health-server-port=" + strconv.Itoa(konnectivityAgentHealthPort),
+							"--admin-server-port=" + strconv.Itoa(konnectivityAgentAdminPort),
+							"--admin-bind-address=127.0.0.1",
+							// Idle tunnels through NAT are kept alive.
+							"--keepalive-time=30s",
+						},
+						Env: []corev1.EnvVar{{
+							Name:      "HOST_IP",
+							ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}},
+						}},
+						Resources:      resources,
+						LivenessProbe:  probe("/healthz"),
+						ReadinessProbe: probe("/readyz"),
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "token", MountPath: konnectivityAgentTokenDir, ReadOnly: true},
+							{Name: "kube-root-ca", MountPath: path.Dir(konnectivityAgentCAFile), ReadOnly: true},
+						},
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+					Volumes: []corev1.Volume{
+						{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+							ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: konnectivityAgentTokenFile, Audience: KonnectivityAudience, ExpirationSeconds: ptr.To[int64](3600)},
+						}}}}},
+						{Name: "kube-root-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+							Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: path.Base(konnectivityAgentCAFile)}},
+						}}},
+					},
+				},
+			},
+		},
+	}
+	return []runtime.Object{binding, sa, ds}
+}
+
+// desiredKonnectivityAgentConfigMap publishes KonnectivityAgentObjects as
+// one YAML stream for the platform to apply in the tenant (kubectl apply
+// -f, a GitOps repository of the tenant); nil without spec.konnectivity.
+func desiredKonnectivityAgentConfigMap(c *Completed, image string) (*corev1.ConfigMap, error) {
+	if !usesKonnectivity(c) {
+		return nil, nil
+	}
+	var stream bytes.Buffer
+	for _, o := range KonnectivityAgentObjects(c, image) {
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			return nil, fmt.Errorf("writing the konnectivity agent's manifests: %w", err)
+		}
+		stream.WriteString("---\n")
+		stream.Write(data)
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: KindConfigMap},
+		ObjectMeta: objectMeta(c, KonnectivityAgentConfigMapName(c.Name)),
+		Data:       map[string]string{KonnectivityAgentManifestsKey: stream.String()},
+	}, nil
 }

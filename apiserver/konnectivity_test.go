@@ -70,3 +70,30 @@ func TestValidate_KonnectivityNeedsTheApiserverOnLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestValidate_WarnsWhenTheAgentsDialANameTheCertificateMayLack: a host
+// that is neither the external host name nor an extra SAN may be the
+// LoadBalancer's address, or a name the agents will refuse: a warning.
+func TestValidate_WarnsWhenTheAgentsDialANameTheCertificateMayLack(t *testing.T) {
+	for _, tt := range []struct {
+		host, external string
+		sans           []string
+		warns          bool
+	}{
+		{"edge.example.com", "", nil, true},
+		{"edge.example.com", "edge.example.com", nil, false},
+		{"203.0.113.7", "edge.example.com", []string{"203.0.113.7"}, false},
+		{"", "edge.example.com", nil, false},
+	} {
+		cfg := &v1alpha1.ApiServerConfig{Spec: v1alpha1.ApiServerConfigSpec{
+			Etcd:         v1alpha1.EtcdSpec{Servers: []string{"https://etcd:2379"}},
+			Serving:      v1alpha1.ServingSpec{ExternalHostname: tt.external, ExtraSANs: tt.sans},
+			Konnectivity: &v1alpha1.KonnectivitySpec{Agent: v1alpha1.KonnectivityAgentSpec{Host: tt.host}},
+		}}
+		_, warnings := Validate(cfg)
+		warned := slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, "spec.konnectivity.agent.host") })
+		if warned != tt.warns {
+			t.Errorf("host %q, externalHostname %q, extraSANs %v: warned %v, want %v (%v)", tt.host, tt.external, tt.sans, warned, tt.warns, warnings)
+		}
+	}
+}

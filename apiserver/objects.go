@@ -86,6 +86,7 @@ func OwnedObjects(name string) []Owned {
 		{Kind: "Deployment", Name: DeploymentName(name)},
 		{Kind: "Service", Name: ServiceName(name)},
 		{Kind: KindConfigMap, Name: ConfigMapName(name)},
+		{Kind: KindConfigMap, Name: KonnectivityAgentConfigMapName(name)},
 	}
 	for _, s := range OwnedSecrets(name) {
 		out = append(out, Owned{Kind: KindSecret, Name: s.Name, Retainable: s.Retainable})

@@ -83,6 +83,13 @@ func TestDesiredObjects_Golden(t *testing.T) {
 			if pdb := desiredPodDisruptionBudget(c); pdb != nil {
 				objs = append(objs, pdb)
 			}
+			agent, err := desiredKonnectivityAgentConfigMap(c, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if agent != nil {
+				objs = append(objs, agent)
+			}
 			golden(t, "objects/"+name+".yaml", toYAML(t, objs...))
 		})
 	}

@@ -54,7 +54,7 @@ func Validate(cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
 	errs = append(errs, validateExtraArgs(spec.ExtraArgs, v, catalog, specPath.Child("extraArgs"), &warnings)...)
 	errs = append(errs, validatePolicy(cfg, spec, catalog)...)
 	errs = append(errs, validateMaintenance(spec.Maintenance, specPath.Child("maintenance"))...)
-	errs = append(errs, validateKonnectivity(spec, specPath)...)
+	errs = append(errs, validateKonnectivity(spec, specPath, &warnings)...)
 	placement := newEtcdPlacement(&spec.Etcd)
 	warnings = append(warnings, networkPolicyWarnings(spec, &placement)...)
 	if catalog != nil {

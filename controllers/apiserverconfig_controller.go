@@ -82,9 +82,11 @@ type ApiServerConfigReconciler struct {
 	ImageRepository string
 	// EtcdDialerImage overrides apiserver.DefaultEtcdDialerImage.
 	EtcdDialerImage string
-	// KonnectivityServerImage overrides
-	// apiserver.DefaultKonnectivityServerImage.
+	// KonnectivityServerImage and KonnectivityAgentImage override
+	// apiserver.DefaultKonnectivityServerImage and
+	// apiserver.DefaultKonnectivityAgentImage.
 	KonnectivityServerImage string
+	KonnectivityAgentImage  string
 	// MaxConcurrentReconciles is how many ApiServerConfigs are reconciled
 	// at once (DefaultMaxConcurrentReconciles when zero).
 	MaxConcurrentReconciles int

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 	ctx := context.Background()
 	ns := namespace(t, map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"})
 	cfg := tenant(ns, "edge", func(s *v1alpha1.ApiServerConfigSpec) {
-		s.Konnectivity = &v1alpha1.KonnectivitySpec{}
+		s.Konnectivity = &v1alpha1.KonnectivitySpec{Agent: v1alpha1.KonnectivityAgentSpec{Host: "edge.tenants.example.com"}}
 		s.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced}
 	})
 	createReady(t, cfg)
@@ -77,6 +78,16 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 	for _, name := range []string{"konnectivity-server", "konnectivity-client"} {
 		if !slices.ContainsFunc(got.Status.Certificates, func(c v1alpha1.CertificateStatus) bool { return c.Name == name }) {
 			t.Errorf("status.certificates does not list %s: %v", name, got.Status.Certificates)
+		}
+	}
+
+	// The agents' manifests, published for the tenant: they dial the
+	// host the spec names, on the agents' port.
+	agentCM := get(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.KonnectivityAgentConfigMapName("edge")}})
+	manifests := agentCM.Data[apiserver.KonnectivityAgentManifestsKey]
+	for _, want := range []string{"kind: DaemonSet", "kind: ServiceAccount", "kind: ClusterRoleBinding", "--proxy-server-host=edge.tenants.example.com", fmt.Sprintf("--proxy-server-port=%d", apiserver.DefaultKonnectivityPort)} {
+		if !strings.Contains(manifests, want) {
+			t.Errorf("the published agents' manifests lack %q:\n%s", want, manifests)
 		}
 	}
 
@@ -131,6 +142,12 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 		svc := get(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.ServiceName("edge")}})
 		if len(svc.Spec.Ports) != 1 {
 			return fmt.Errorf("the Service still has ports %+v", svc.Spec.Ports)
+		}
+		switch err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.KonnectivityAgentConfigMapName("edge")}, &corev1.ConfigMap{}); {
+		case err == nil:
+			return fmt.Errorf("the agents' manifests are still published")
+		case !apierrors.IsNotFound(err):
+			return err
 		}
 		np := get(t, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.NetworkPolicyName("edge")}})
 		if ports := np.Spec.Ingress[0].Ports; len(ports) != 1 {

@@ -77,7 +77,7 @@ func (r *ApiServerConfigReconciler) render(p *pass) error {
 	}
 	desired, err := apiserver.Desired(p.c, m, apiserver.Environment{
 		OIDCCA: p.oidcCA, Referenced: p.referencedData(), ImageRepository: r.ImageRepository, EtcdDialerImage: r.EtcdDialerImage,
-		KonnectivityServerImage: r.KonnectivityServerImage})
+		KonnectivityServerImage: r.KonnectivityServerImage, KonnectivityAgentImage: r.KonnectivityAgentImage})
 	if err != nil {
 		return err
 	}
@@ -116,6 +116,13 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 		return err
 	}
 	if err := r.applyEach(ctx, p.cfg, d.Secrets); err != nil {
+		return err
+	}
+	if d.KonnectivityAgent != nil {
+		if err := r.apply(ctx, p.cfg, d.KonnectivityAgent); err != nil {
+			return err
+		}
+	} else if err := r.deleteIfOwned(ctx, p.cfg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.KonnectivityAgentConfigMapName(p.cfg.Name)}}); err != nil {
 		return err
 	}
 	// Before the pods: an apiserver never runs without the isolation its

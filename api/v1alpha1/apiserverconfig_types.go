@@ -16,6 +16,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.authorization) || !has(self.authorization.webhook) || (has(self.authorization.modes) && 'Webhook' in self.authorization.modes)",fieldPath=".authorization.modes",message="modes must contain Webhook when authorization.webhook is set"
 // +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || (has(self.konnectivity.port) ? self.konnectivity.port : 8132) != (has(self.serving) && has(self.serving.securePort) ? self.serving.securePort : 6443)",fieldPath=".konnectivity.port",message="the agents' port must differ from spec.serving.securePort: both are ports of the apiserver pods and of the tenant's Service"
 // +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || (has(self.konnectivity.port) ? self.konnectivity.port : 8132) != (has(self.serving) && has(self.serving.service) && has(self.serving.service.port) ? self.serving.service.port : 443)",fieldPath=".konnectivity.port",message="the agents' port must differ from spec.serving.service.port: both are ports of the tenant's Service"
+// +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || (has(self.konnectivity.agent) && has(self.konnectivity.agent.host)) || (has(self.serving) && has(self.serving.externalHostname))",fieldPath=".konnectivity.agent.host",message="the agents need an address to dial: set konnectivity.agent.host, or spec.serving.externalHostname"
 // +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || !has(self.serving) || !has(self.serving.securePort) || !(self.serving.securePort in [8133, 8134])",fieldPath=".serving.securePort",message="ports 8133 and 8134 are the konnectivity server's admin and health ports in the apiserver pods when spec.konnectivity is set: choose another securePort"
 // +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || !has(self.konnectivity.nodePort) || (has(self.serving) && has(self.serving.service) && has(self.serving.service.type) && self.serving.service.type != 'ClusterIP')",fieldPath=".konnectivity.nodePort",message="nodePort requires spec.serving.service.type NodePort or LoadBalancer"
 // +kubebuilder:validation:XValidation:rule="!has(self.konnectivity) || !has(self.konnectivity.nodePort) || !has(self.serving) || !has(self.serving.service) || !has(self.serving.service.nodePort) || self.konnectivity.nodePort != self.serving.service.nodePort",fieldPath=".konnectivity.nodePort",message="the agents' node port must differ from spec.serving.service.nodePort"
@@ -330,6 +331,50 @@ type KonnectivitySpec struct {
 	// the pod at once.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Agent configures the agents of the tenant's nodes, which the
+	// operator renders into the ConfigMap <name>-konnectivity-agent for
+	// the platform to apply in the tenant.
+	// +optional
+	Agent KonnectivityAgentSpec `json:"agent,omitempty"`
+}
+
+// KonnectivityAgentSpec configures the agents that run on the tenant's
+// nodes and dial the konnectivity servers.
+type KonnectivityAgentSpec struct {
+	// Host is the address the agents dial: a host name or IP address at
+	// which the tenant's nodes reach the Service, and which the
+	// apiservers' serving certificate names (spec.serving.externalHostname
+	// or spec.serving.extraSANs, or the LoadBalancer's address). Defaults
+	// to spec.serving.externalHostname.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="isIP(self) || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="must be an IP address or a lower-case DNS name"
+	// +optional
+	Host string `json:"host,omitempty"`
+
+	// Port is the port the agents dial, when it is not
+	// spec.konnectivity.port (a node port, a load balancer's port).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port *int32 `json:"port,omitempty"`
+
+	// Resources of each agent. By default an agent requests 50m CPU and
+	// 64Mi of memory and has no limit: an agent that relays a node's
+	// logs and exec sessions is starved or killed under load otherwise.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Tolerations of the agents. By default they tolerate every taint,
+	// so that every node, tainted or not, is reachable.
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// NodeSelector limits the agents to some of the tenant's nodes; the
+	// others are then reached through them.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 }
 
 // EndpointReconcilerType is kube-apiserver's --endpoint-reconciler-type.

@@ -45,9 +45,11 @@ type Options struct {
 	ImageRepository string
 	// EtcdDialerImage is the operator's --etcd-dialer-image.
 	EtcdDialerImage string
-	// KonnectivityServerImage is the operator's
-	// --konnectivity-server-image.
+	// KonnectivityServerImage and KonnectivityAgentImage are the
+	// operator's --konnectivity-server-image and
+	// --konnectivity-agent-image.
 	KonnectivityServerImage string
+	KonnectivityAgentImage  string
 	// Admission is the operator's admission (its validators), so that
 	// rendering refuses exactly what admission refuses.
 	Admission admission.Admission
@@ -74,7 +76,8 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	if err != nil {
 		return err
 	}
-	env.OIDCCA, env.ImageRepository, env.EtcdDialerImage, env.KonnectivityServerImage = nil, opts.ImageRepository, opts.EtcdDialerImage, opts.KonnectivityServerImage
+	env.OIDCCA, env.ImageRepository, env.EtcdDialerImage = nil, opts.ImageRepository, opts.EtcdDialerImage
+	env.KonnectivityServerImage, env.KonnectivityAgentImage = opts.KonnectivityServerImage, opts.KonnectivityAgentImage
 	desired, err := apiserver.Desired(c, m, env)
 	if err != nil {
 		return err
@@ -98,6 +101,9 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	}
 	if np := desired.NetworkPolicy; np != nil {
 		objs = append(objs, np)
+	}
+	if agent := desired.KonnectivityAgent; agent != nil {
+		objs = append(objs, agent)
 	}
 	secrets := slices.SortedFunc(slices.Values(desired.Secrets), func(a, b *corev1.Secret) int { return strings.Compare(a.Name, b.Name) })
 	for _, s := range secrets {

@@ -110,9 +110,10 @@ func TestRender_RefusesWhatAdmissionRefuses(t *testing.T) {
 		"  extraArgs:\n  - name: goaway-chance\n    value: \"0.5\"\n": "spec.extraArgs[0].value: Invalid value: \"0.5\": kube-apiserver v1.37.1 would refuse to start: --goaway-chance can not be less than 0 or greater than 0.02",
 		// CEL rules on integers: the manifest's numbers are read as the
 		// API server reads them.
-		"  konnectivity:\n    port: 6443\n":                                               "spec.konnectivity.port: Invalid value: the agents' port must differ from spec.serving.securePort",
-		"  konnectivity: {}\n  serving:\n    service:\n      port: 8132\n":                "spec.konnectivity.port: Invalid value: the agents' port must differ from spec.serving.service.port",
-		"  konnectivity: {}\n  extraArgs:\n  - name: bind-address\n    value: 10.1.2.3\n": "spec.extraArgs[0].value: Invalid value: \"10.1.2.3\": with spec.konnectivity",
+		"  konnectivity:\n    port: 6443\n":                                                                                      "spec.konnectivity.port: Invalid value: the agents' port must differ from spec.serving.securePort",
+		"  konnectivity: {}\n  serving:\n    service:\n      port: 8132\n":                                                       "spec.konnectivity.port: Invalid value: the agents' port must differ from spec.serving.service.port",
+		"  konnectivity:\n    agent:\n      host: edge.example.com\n  extraArgs:\n  - name: bind-address\n    value: 10.1.2.3\n": "spec.extraArgs[0].value: Invalid value: \"10.1.2.3\": with spec.konnectivity",
+		"  konnectivity: {}\n": "spec.konnectivity.agent.host: Invalid value: the agents need an address to dial",
 	}
 	for extra, want := range cases {
 		manifest := base + extra

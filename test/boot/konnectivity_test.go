@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,9 +30,9 @@ import (
 
 // TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent runs the
 // bundled kube-apiserver and upstream's konnectivity server with exactly
-// what the operator renders for spec.konnectivity, and upstream's agent as
-// a tenant's node would run it (a bound token of the tenant's
-// kube-system/konnectivity-agent). kubectl logs of a pod on a node reaches
+// what the operator renders for spec.konnectivity, and upstream's agent with
+// the command line, service account and binding the operator publishes for
+// the tenant (a bound token of the tenant's kube-system/konnectivity-agent). kubectl logs of a pod on a node reaches
 // that node's kubelet (a stand-in serving the tenant CA's certificate)
 // through the agent while one is connected, and fails while none is: the
 // agent is the path, although the "node" is on loopback. An agent whose
@@ -100,13 +101,23 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 			Containers:                   []corev1.Container{{Name: "app", Image: "app"}},
 		},
 	}, metav1.CreateOptions{}))
-	must(cs.CoreV1().ServiceAccounts(apiserver.KonnectivityAgentNamespace).Create(ctx, &corev1.ServiceAccount{
-		ObjectMeta: metav1.ObjectMeta{Name: apiserver.KonnectivityAgentServiceAccount}}, metav1.CreateOptions{}))
-	must(cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "system:konnectivity-server"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: apiserver.KonnectivityServerUser}},
-	}, metav1.CreateOptions{}))
+	// The agent side as the operator publishes it for the tenant.
+	var agentContainer *corev1.Container
+	for _, o := range apiserver.KonnectivityAgentObjects(b.c, "") {
+		switch o := o.(type) {
+		case *corev1.ServiceAccount:
+			must(cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{}))
+		case *rbacv1.ClusterRoleBinding:
+			must(cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{}))
+		case *appsv1.DaemonSet:
+			agentContainer = &o.Spec.Template.Spec.Containers[0]
+		default:
+			t.Fatalf("the agents' manifests hold a %T this test does not apply", o)
+		}
+	}
+	if agentContainer == nil {
+		t.Fatal("the agents' manifests hold no DaemonSet")
+	}
 
 	// The binding in force before any agent connects: a refusal for want
 	// of it would look like the refusal of a token below.
@@ -163,12 +174,30 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 	}
 	caFile := filepath.Join(dir, "agent-ca.crt")
 	write(t, caFile, b.ca.CertPEM())
+	// An agent runs with the rendered command line, but for where its
+	// files are, the node's address and ports of the test's.
 	agent := func(name, tokenPath string) *exec.Cmd {
-		args := []string{
-			"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(agentPort),
-			"--ca-cert=" + caFile, "--service-account-token-path=" + tokenPath,
-			"--agent-id=" + name, "--agent-identifiers=ipv4=127.0.0.1",
-			"--health-server-port=" + strconv.Itoa(freePort(t)), "--admin-server-port=" + strconv.Itoa(freePort(t)),
+		healthPort, adminPort := freePort(t), freePort(t)
+		args := []string{"--agent-id=" + name}
+		for _, a := range agentContainer.Args {
+			flag, _, _ := strings.Cut(a, "=")
+			switch flag {
+			case "--proxy-server-host":
+				a = flag + "=127.0.0.1"
+			case "--proxy-server-port":
+				if a != flag+"="+strconv.Itoa(agentPort) {
+					t.Errorf("the agents dial %s, want the server's port %d", a, agentPort)
+				}
+			case "--ca-cert":
+				a = flag + "=" + caFile
+			case "--service-account-token-path":
+				a = flag + "=" + tokenPath
+			case "--health-server-port":
+				a = flag + "=" + strconv.Itoa(healthPort)
+			case "--admin-server-port":
+				a = flag + "=" + strconv.Itoa(adminPort)
+			}
+			args = append(args, strings.ReplaceAll(a, "$(HOST_IP)", "127.0.0.1"))
 		}
 		return startLogged(t, dir, "konnectivity-agent-"+apiserver.KonnectivityVersion, name, args...)
 	}
