@@ -20,7 +20,7 @@ BENCH_LOG := $(BENCH_DIR)/bench.log
 BENCH_GO_TEST := go test -run '^$$' -count $(BENCH_COUNT) -timeout 90m
 
 .PHONY: bench
-bench: manifests generate bundled $(if $(filter 1,$(BENCH_LOCALCLUSTER)),localcluster-binaries) ## Run the benchmarks (about 10 minutes), print the table and redraw the plots of docs/bench.
+bench: manifests generate bundled $(KONNECTIVITY_SERVER) $(KONNECTIVITY_AGENT) $(if $(filter 1,$(BENCH_LOCALCLUSTER)),localcluster-binaries) ## Run the benchmarks (about 10 minutes), print the table and redraw the plots of docs/bench.
 	@mkdir -p $(BENCH_DIR)
 	@: > $(BENCH_LOG)
 	$(BENCH_GO_TEST) -bench . ./apiserver/pki | tee -a $(BENCH_LOG)
@@ -30,6 +30,7 @@ bench: manifests generate bundled $(if $(filter 1,$(BENCH_LOCALCLUSTER)),localcl
 	$(BENCH_GO_TEST) -bench 'AdmissionBurst' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
 	$(BENCH_GO_TEST) -bench 'ReferenceCache' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
 	BENCH_STEADY_WINDOW=$(BENCH_STEADY_WINDOW) $(BENCH_GO_TEST) -bench 'SteadyState' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
+	$(BENCH_GO_TEST) -bench 'KonnectivityLogs' -benchtime 200x ./test/boot | tee -a $(BENCH_LOG)
 ifeq ($(BENCH_LOCALCLUSTER),1)
 	@# The cluster's components log to stderr: kept apart, so that they do
 	@# not split a benchmark's result line.
@@ -42,10 +43,10 @@ endif
 	cd hack/benchplot && go run . -in $(BENCH_DIR) -out $(CURDIR)/docs/bench
 
 .PHONY: bench-smoke
-bench-smoke: manifests generate bundled ## Run every envtest benchmark once, small (CI: they must keep working), and the table.
+bench-smoke: manifests generate bundled $(KONNECTIVITY_SERVER) $(KONNECTIVITY_AGENT) ## Run every envtest benchmark once, small (CI: they must keep working), and the table.
 	@mkdir -p $(BENCH_DIR)/smoke
 	BENCH_CONVERGE_OBJECTS=20 BENCH_STEADY_OBJECTS=10 BENCH_STEADY_WINDOW=10s BENCH_OUT=$(BENCH_DIR)/smoke \
 		BENCH_BURST_SPECS=64 BENCH_REFCACHE_SECRETS=500 \
-		go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench | tee $(BENCH_DIR)/smoke/bench.log
+		go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench ./test/boot | tee $(BENCH_DIR)/smoke/bench.log
 	@grep -E '^(Benchmark|goos:|goarch:|pkg:|cpu:)' $(BENCH_DIR)/smoke/bench.log > $(BENCH_DIR)/smoke/raw.txt
 	go run ./hack/benchtable $(BENCH_DIR)/smoke/raw.txt

@@ -39,12 +39,12 @@ const ecdsa = pki.KeyAlgorithmECDSAP256
 
 // freePort is a port that stays free for the test: etcd once lost a port
 // chosen by "listen on :0 and close" to another process under load.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	return testport.Get(t)
 }
 
-func write(t *testing.T, path string, data []byte) {
+func write(t testing.TB, path string, data []byte) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
@@ -65,13 +65,13 @@ func must[T any](v T, err error) T {
 
 // start runs a bundled binary until the test ends, its output in a log file
 // that is printed if the test fails.
-func start(t *testing.T, dir, name string, args ...string) *exec.Cmd {
+func start(t testing.TB, dir, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	return startLogged(t, dir, name, name, args...)
 }
 
 // startLogged is start with a log of another name (two etcds).
-func startLogged(t *testing.T, dir, name, logName string, args ...string) *exec.Cmd {
+func startLogged(t testing.TB, dir, name, logName string, args ...string) *exec.Cmd {
 	t.Helper()
 	logPath := filepath.Join(dir, logName+".log")
 	logFile := must(os.Create(logPath))
@@ -102,7 +102,7 @@ func tail(b []byte, n int) []byte {
 // etcdServer starts an etcd that requires client certificates signed by ca;
 // it returns its URL, its process and how to start it again on the same
 // address and data.
-func etcdServer(t *testing.T, dir, name string, ca *pki.KeyPair) (string, *exec.Cmd, func() *exec.Cmd) {
+func etcdServer(t testing.TB, dir, name string, ca *pki.KeyPair) (string, *exec.Cmd, func() *exec.Cmd) {
 	t.Helper()
 	now := time.Now()
 	serving := must(pki.NewSignedCert(ca, pki.ServingCertConfig([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}), ecdsa, time.Hour, now))
@@ -192,7 +192,7 @@ type konnectivityServer struct {
 // certificate of etcdCA, and waits until it is ready. etcdUser, when set,
 // is the tenant's etcd user on a datastore, whose certificate etcdClient
 // then is, as the operator renders such a tenant.
-func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, etcdUser string) *booted {
+func boot(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, etcdUser string) *booted {
 	t.Helper()
 	now := time.Now()
 	if errs, _ := apiserver.Validate(cfg); len(errs) > 0 {
@@ -340,6 +340,9 @@ func boot(t *testing.T, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 	// What the admin sees with the kubeconfig the operator hands out.
 	kubeconfig := must(pki.AdminKubeconfig("boot", base, pki.TrustBundle(now, ca.Cert()), admin.CertPEM(), must(admin.KeyPEM())))
 	restConfig := must(clientcmd.RESTConfigFromKubeConfig(kubeconfig))
+	// Unthrottled: client-go's 5 requests a second would be what a
+	// benchmark measures.
+	restConfig.QPS, restConfig.Burst = -1, 0
 	cs := must(kubernetes.NewForConfig(restConfig))
 	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed, args: rendered,
 		ca: ca, konnectivity: konnectivity}

@@ -3,12 +3,14 @@ package boot
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -28,22 +31,38 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 )
 
-// TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent runs the
-// bundled kube-apiserver and upstream's konnectivity server with exactly
-// what the operator renders for spec.konnectivity, and upstream's agent with
-// the command line, service account and binding the operator publishes for
-// the tenant (a bound token of the tenant's kube-system/konnectivity-agent). kubectl logs of a pod on a node reaches
-// that node's kubelet (a stand-in serving the tenant CA's certificate)
-// through the agent while one is connected, and fails while none is: the
-// agent is the path, although the "node" is on loopback. An agent whose
-// token is for another audience is refused by the server.
-func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
+// nodeBehind is a tenant's apiserver booted as rendered, and a node of
+// it that its kubelet (a stand-in serving the tenant CA's certificate for
+// 127.0.0.1, as kube-apiserver's --kubelet-certificate-authority wants)
+// makes reachable on loopback, with a pod on it. With the proxy, the
+// apiserver runs with spec.konnectivity, the konnectivity server beside
+// it, and the agent side as the operator publishes it applied in the
+// tenant.
+type nodeBehind struct {
+	ctx             context.Context
+	cs              *kubernetes.Clientset
+	kubeletRequests *atomic.Int32
+	lastKubeletPath *atomic.Value
+	// With the proxy: a token of the agents' service account for an
+	// audience (its file), an agent run as published with a token file,
+	// and the server's log.
+	token     func(audience string) string
+	agent     func(name, tokenPath string) *exec.Cmd
+	serverLog string
+}
+
+func newNodeBehind(t testing.TB, withProxy bool) *nodeBehind {
+	t.Helper()
 	dir := t.TempDir()
 	now := time.Now()
 	etcdCA := must(pki.NewSelfSignedCA("etcd-ca", ecdsa, 24*time.Hour, now))
 	mainEtcd, _, _ := etcdServer(t, dir, "main", etcdCA)
 	etcdClient := must(pki.NewSignedCert(etcdCA, pki.EtcdClientCertConfig(), ecdsa, time.Hour, now))
 	agentPort := freePort(t)
+	var konnectivity *v1alpha1.KonnectivitySpec
+	if withProxy {
+		konnectivity = &v1alpha1.KonnectivitySpec{Port: int32(agentPort)}
+	}
 	cfg := &v1alpha1.ApiServerConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "boot", Namespace: "tenants"},
 		Spec: v1alpha1.ApiServerConfigSpec{
@@ -52,16 +71,16 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 			ServiceClusterIPRange:  []string{"10.120.0.0/16"},
 			Serving:                v1alpha1.ServingSpec{SecurePort: int32(freePort(t))},
 			ExtraArgs:              []v1alpha1.ExtraArg{{Name: "bind-address", Value: "127.0.0.1"}},
-			Konnectivity:           &v1alpha1.KonnectivitySpec{Port: int32(agentPort)},
+			Konnectivity:           konnectivity,
 		},
 	}
 	b := boot(t, dir, cfg, etcdCA, etcdClient, "")
-	if b.konnectivity == nil {
-		t.Fatal("the rendered pod has no konnectivity-server container")
+	if (b.konnectivity != nil) != withProxy {
+		t.Fatalf("the rendered pod runs the konnectivity server: %v, want %v", b.konnectivity != nil, withProxy)
 	}
 	cs := b.cs
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 
 	// A node's kubelet: it serves a certificate of the tenant's CA for
 	// its address, as kube-apiserver's --kubelet-certificate-authority
@@ -72,7 +91,9 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 	kubelet := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			kubeletRequests.Add(1)
-			_, _ = io.WriteString(w, "a line of the node's kubelet\n")
+			const line = "a line of the node's kubelet\n"
+			w.Header().Set("Content-Length", strconv.Itoa(len(line)))
+			_, _ = io.WriteString(w, line)
 			lastKubeletPath.Store(r.URL.Path)
 		}),
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{must(tls.X509KeyPair(kubeletCert.CertPEM(), must(kubeletCert.KeyPEM())))}, MinVersion: tls.VersionTLS12},
@@ -101,6 +122,10 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 			Containers:                   []corev1.Container{{Name: "app", Image: "app"}},
 		},
 	}, metav1.CreateOptions{}))
+	n := &nodeBehind{ctx: ctx, cs: cs, kubeletRequests: &kubeletRequests, lastKubeletPath: &lastKubeletPath}
+	if !withProxy {
+		return n
+	}
 	// The agent side as the operator publishes it for the tenant.
 	var agentContainer *corev1.Container
 	for _, o := range apiserver.KonnectivityAgentObjects(b.c, "") {
@@ -134,37 +159,7 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 		}
 	}
 
-	logs := func() (string, error) {
-		reqCtx, reqCancel := context.WithTimeout(ctx, 10*time.Second)
-		defer reqCancel()
-		out, err := cs.CoreV1().Pods("default").GetLogs("app", &corev1.PodLogOptions{Container: "app"}).DoRaw(reqCtx)
-		return string(out), err
-	}
-	// waitFor asks for the logs until ok says the answer is the one
-	// wanted, for a minute at most.
-	waitFor := func(what string, ok func(string, error) bool) (string, error) {
-		t.Helper()
-		var out string
-		var err error
-		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-			if out, err = logs(); ok(out, err) {
-				return out, err
-			}
-		}
-		t.Fatalf("%s: for a minute, kubectl logs gave %q, %v", what, out, err)
-		return out, err
-	}
-
-	// No agent yet: the node is not reachable, although it listens on
-	// loopback: kube-apiserver dials it through the server only.
-	if out, err := logs(); err == nil {
-		t.Fatalf("kubectl logs worked with no agent connected (%q): the node was dialed directly", out)
-	}
-	if n := kubeletRequests.Load(); n != 0 {
-		t.Fatalf("the kubelet got %d requests with no agent connected", n)
-	}
-
-	token := func(audience string) string {
+	n.token = func(audience string) string {
 		tr := must(cs.CoreV1().ServiceAccounts(apiserver.KonnectivityAgentNamespace).CreateToken(ctx, apiserver.KonnectivityAgentServiceAccount,
 			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](3600)}},
 			metav1.CreateOptions{}))
@@ -176,7 +171,7 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 	write(t, caFile, b.ca.CertPEM())
 	// An agent runs with the rendered command line, but for where its
 	// files are, the node's address and ports of the test's.
-	agent := func(name, tokenPath string) *exec.Cmd {
+	n.agent = func(name, tokenPath string) *exec.Cmd {
 		healthPort, adminPort := freePort(t), freePort(t)
 		args := []string{"--agent-id=" + name}
 		for _, a := range agentContainer.Args {
@@ -202,39 +197,141 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 		return startLogged(t, dir, "konnectivity-agent-"+apiserver.KonnectivityVersion, name, args...)
 	}
 
+	n.serverLog = filepath.Join(dir, "konnectivity-server-"+apiserver.KonnectivityVersion+".log")
+	return n
+}
+
+// logs is kubectl logs of the node's pod.
+func (n *nodeBehind) logs() (string, error) {
+	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+	defer cancel()
+	out, err := n.cs.CoreV1().Pods("default").GetLogs("app", &corev1.PodLogOptions{Container: "app"}).DoRaw(ctx)
+	return string(out), err
+}
+
+// waitFor asks for the logs until ok says the answer is the one wanted,
+// for a minute at most.
+func (n *nodeBehind) waitFor(t testing.TB, what string, ok func(string, error) bool) (string, error) {
+	t.Helper()
+	var out string
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if out, err = n.logs(); ok(out, err) {
+			return out, err
+		}
+	}
+	t.Fatalf("%s: for a minute, kubectl logs gave %q, %v", what, out, err)
+	return out, err
+}
+
+// TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent runs the
+// bundled kube-apiserver and upstream's konnectivity server with exactly
+// what the operator renders for spec.konnectivity, and upstream's agent with
+// the command line, service account and binding the operator publishes for
+// the tenant (a bound token of the tenant's kube-system/konnectivity-agent). kubectl logs of a pod on a node reaches
+// that node's kubelet (a stand-in serving the tenant CA's certificate)
+// through the agent while one is connected, and fails while none is: the
+// agent is the path, although the "node" is on loopback. An agent whose
+// token is for another audience is refused by the server.
+func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
+	n := newNodeBehind(t, true)
+	// No agent yet: the node is not reachable, although it listens on
+	// loopback: kube-apiserver dials it through the server only.
+	if out, err := n.logs(); err == nil {
+		t.Fatalf("kubectl logs worked with no agent connected (%q): the node was dialed directly", out)
+	}
+	if n := n.kubeletRequests.Load(); n != 0 {
+		t.Fatalf("the kubelet got %d requests with no agent connected", n)
+	}
+
 	// An agent with a token for another audience: the server refuses it,
 	// and the node stays unreachable.
-	agent("agent-wrong-audience", token("https://kubernetes.default.svc.cluster.local"))
-	serverLog := filepath.Join(dir, "konnectivity-server-"+apiserver.KonnectivityVersion+".log")
+	n.agent("agent-wrong-audience", n.token("https://kubernetes.default.svc.cluster.local"))
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		// What the server logs when the review says the token is not
 		// valid for its audience.
-		if data, _ := os.ReadFile(serverLog); strings.Contains(grepLines(string(data), "agent-wrong-audience", 100), "lookup failed") {
+		if data, _ := os.ReadFile(n.serverLog); strings.Contains(grepLines(string(data), "agent-wrong-audience", 100), "lookup failed") {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the server did not refuse the agent whose token is for another audience within a minute")
 		}
 	}
-	if out, err := logs(); err == nil {
+	if out, err := n.logs(); err == nil {
 		t.Fatalf("kubectl logs worked through an agent the server should have refused (%q)", out)
 	}
 
 	// The agent of the node, as the tenant runs it: logs go through it.
-	nodeAgent := agent("agent", token(apiserver.KonnectivityAudience))
-	out, _ := waitFor("with an agent connected", func(_ string, err error) bool { return err == nil })
+	nodeAgent := n.agent("agent", n.token(apiserver.KonnectivityAudience))
+	out, _ := n.waitFor(t, "with an agent connected", func(_ string, err error) bool { return err == nil })
 	if want := "a line of the node's kubelet\n"; out != want {
 		t.Errorf("kubectl logs through the agent gave %q, want %q", out, want)
 	}
-	if path, _ := lastKubeletPath.Load().(string); path != "/containerLogs/default/app/app" {
+	if path, _ := n.lastKubeletPath.Load().(string); path != "/containerLogs/default/app/app" {
 		t.Errorf("the kubelet was asked for %q, want the logs of default/app/app", path)
 	}
-	if kubeletRequests.Load() == 0 {
+	if n.kubeletRequests.Load() == 0 {
 		t.Error("kubectl logs answered, but the kubelet saw no request")
 	}
 
 	// The agent gone, the node is unreachable again.
 	_ = nodeAgent.Process.Kill()
-	_, err := waitFor("with the agent gone", func(_ string, err error) bool { return err != nil })
+	_, err := n.waitFor(t, "with the agent gone", func(_ string, err error) bool { return err != nil })
 	t.Logf("kubectl logs with no agent: %v", err)
+}
+
+// BenchmarkKonnectivityLogs measures kubectl logs of a pod on a node, one
+// request per op: dialed directly (direct) and through the konnectivity
+// server and an agent (proxy), each against the bundled kube-apiserver as
+// rendered; and the agent's resident memory after the run.
+func BenchmarkKonnectivityLogs(b *testing.B) {
+	for _, tt := range []struct {
+		name  string
+		proxy bool
+	}{{"direct", false}, {"proxy", true}} {
+		b.Run(tt.name, func(b *testing.B) {
+			n := newNodeBehind(b, tt.proxy)
+			var agent *exec.Cmd
+			if tt.proxy {
+				agent = n.agent("agent", n.token(apiserver.KonnectivityAudience))
+			}
+			_, _ = n.waitFor(b, "the node reachable", func(_ string, err error) bool { return err == nil })
+			took := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				if _, err := n.logs(); err != nil {
+					b.Fatalf("kubectl logs: %v", err)
+				}
+				took = append(took, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
+			if agent != nil {
+				b.ReportMetric(residentMiB(b, agent.Process.Pid), "agent-rss-MiB")
+			}
+		})
+	}
+}
+
+// residentMiB is the resident memory of process pid.
+func residentMiB(b *testing.B, pid int) float64 {
+	b.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kib, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				b.Fatalf("reading VmRSS of %d: %v", pid, err)
+			}
+			return kib / 1024
+		}
+	}
+	b.Fatalf("no VmRSS for process %d", pid)
+	return 0
 }
