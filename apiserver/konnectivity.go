@@ -201,6 +201,10 @@ func konnectivityServer(c *Completed, image string, securityContext *corev1.Secu
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{KonnectivityServerCommand},
 		Args: []string{
+			// Upstream's binary logs at -v=4 unless told, a line per
+			// packet relayed: 2 keeps connections, streams and full
+			// channels.
+			"--v=2",
 			"--mode=grpc",
 			"--uds-name=" + KonnectivitySocket,
 			"--delete-existing-uds-file=true",
@@ -389,6 +393,8 @@ func KonnectivityAgentObjects(c *Completed, image string) []runtime.Object {
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Command:         []string{"/proxy-agent"},
 						Args: []string{
+							// As the server's: no line per packet.
+							"--v=2",
 							"--proxy-server-host=" + host,
 							"--proxy-server-port=" + strconv.Itoa(int(port)),
 							"--ca-cert=" + konnectivityAgentCAFile,
@@ -444,7 +450,12 @@ func desiredKonnectivityAgentConfigMap(c *Completed, image string) (*corev1.Conf
 	}
 	var stream bytes.Buffer
 	for _, o := range KonnectivityAgentObjects(c, image) {
-		data, err := yaml.Marshal(o)
+		// As applied: no status, no creation timestamps.
+		u, err := ApplyForm(o)
+		if err != nil {
+			return nil, fmt.Errorf("writing the konnectivity agent's manifests: %w", err)
+		}
+		data, err := yaml.Marshal(u.Object)
 		if err != nil {
 			return nil, fmt.Errorf("writing the konnectivity agent's manifests: %w", err)
 		}

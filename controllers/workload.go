@@ -118,13 +118,6 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 	if err := r.applyEach(ctx, p.cfg, d.Secrets); err != nil {
 		return err
 	}
-	if d.KonnectivityAgent != nil {
-		if err := r.apply(ctx, p.cfg, d.KonnectivityAgent); err != nil {
-			return err
-		}
-	} else if err := r.deleteIfOwned(ctx, p.cfg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.KonnectivityAgentConfigMapName(p.cfg.Name)}}); err != nil {
-		return err
-	}
 	// Before the pods: an apiserver never runs without the isolation its
 	// spec asks for.
 	if d.NetworkPolicy != nil {
@@ -155,6 +148,16 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 			return err
 		}
 	} else if err := r.deleteIfOwned(ctx, p.cfg, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.DeploymentName(p.cfg.Name)}}); err != nil {
+		return err
+	}
+	// The agents' manifests, for the platform to apply in the tenant:
+	// after the workload, which a name taken by someone else's ConfigMap
+	// must not hold up.
+	if d.KonnectivityAgent != nil {
+		if err := r.apply(ctx, p.cfg, d.KonnectivityAgent); err != nil {
+			return err
+		}
+	} else if err := r.deleteIfOwned(ctx, p.cfg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.KonnectivityAgentConfigMapName(p.cfg.Name)}}); err != nil {
 		return err
 	}
 	// Without spec.konnectivity, its server's certificates go once no pod
