@@ -5,10 +5,10 @@ import (
 	"cmp"
 	"fmt"
 	"net"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -71,6 +71,19 @@ const (
 	KonnectivityAudience            = "system:konnectivity-server"
 	KonnectivityAgentNamespace      = "kube-system"
 	KonnectivityAgentServiceAccount = "konnectivity-agent"
+
+	// KonnectivityLeaseLabel marks the Lease each server holds in the
+	// tenant's KonnectivityAgentNamespace while it runs (upstream's lease
+	// controller renews it every 15 s, for 30 s): agents count the live
+	// ones to know how many servers to hold a tunnel to. The number of
+	// servers is then in no flag of the pod, and a scale rolls nothing.
+	KonnectivityLeaseLabel = "k8s-app=konnectivity-server"
+
+	// KonnectivityAgentTokenLifetime is how long an agent's bound token
+	// lives (kubelet renews it at 80 % of that): a retired
+	// service-account key must verify tokens for as long, so that an
+	// agent that reconnects after the signer changed is not refused.
+	KonnectivityAgentTokenLifetime = time.Hour
 
 	// KonnectivityServerKubeconfigKey is the server's kubeconfig in the
 	// operator's ConfigMap: it names the files of its client certificate.
@@ -210,9 +223,12 @@ func konnectivityServer(c *Completed, image string, securityContext *corev1.Secu
 			"--delete-existing-uds-file=true",
 			"--server-port=0",
 			"--server-id=$(" + podNameEnv + ")",
-			// Agents connect until they hold a tunnel to this many
-			// servers, one per apiserver.
-			"--server-count=" + strconv.Itoa(int(*c.Spec.MasterCount)),
+			// Agents connect until they hold a tunnel to every server:
+			// they count the servers' Leases (no --server-count, which
+			// would roll every pod on a scale).
+			"--enable-lease-controller=true",
+			"--lease-namespace=" + KonnectivityAgentNamespace,
+			"--lease-label=" + KonnectivityLeaseLabel,
 			"--agent-port=" + strconv.Itoa(int(k.Port)),
 			"--admin-port=" + strconv.Itoa(KonnectivityAdminPort),
 			"--admin-bind-address=127.0.0.1",
@@ -306,33 +322,68 @@ const (
 	konnectivityAgentTokenDir  = "/var/run/secrets/tokens"  //nolint:gosec // G101: a path.
 	konnectivityAgentTokenFile = "konnectivity-agent-token" //nolint:gosec // G101: a file name.
 	// konnectivityAgentCAFile is the tenant's CA bundle as every pod of
-	// the tenant gets it (kube-root-ca.crt, with its token).
-	konnectivityAgentCAFile = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	// the tenant gets it (kube-root-ca.crt, with its token), and
+	// konnectivityAgentAPITokenFile that token.
+	konnectivityAgentCAFile       = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	konnectivityAgentAPITokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token" //nolint:gosec // G101: a path.
+	// KonnectivityAgentKubeconfigKey is the agents' kubeconfig in their
+	// ConfigMap in the tenant (kube-system/konnectivity-agent), mounted at
+	// konnectivityAgentKubeconfigDir.
+	KonnectivityAgentKubeconfigKey = "kubeconfig"
+	konnectivityAgentKubeconfigDir = "/etc/konnectivity-agent"
 )
 
 // KonnectivityAgentConfigMapName is the ConfigMap of the agents'
 // manifests, in the tenant's namespace of the management cluster.
 func KonnectivityAgentConfigMapName(name string) string { return name + "-konnectivity-agent" }
 
-// konnectivityAgentEndpoint is where the agents dial.
-func konnectivityAgentEndpoint(c *Completed) (string, int32) {
-	k := c.Spec.Konnectivity
-	host := cmp.Or(k.Agent.Host, c.Spec.Serving.ExternalHostname)
-	port := k.Port
-	if k.Agent.Port != nil {
-		port = *k.Agent.Port
+// konnectivityAgentEndpoint is where the agents dial: the host and port of
+// the servers, and the port of the apiservers on that host.
+func konnectivityAgentEndpoint(c *Completed) (host string, port, apiPort int32) {
+	k, svc := c.Spec.Konnectivity, c.Spec.Serving.Service
+	host = cmp.Or(k.Agent.Host, c.Spec.Serving.ExternalHostname)
+	port, apiPort = k.Port, svc.Port
+	if svc.Type == corev1.ServiceTypeNodePort {
+		port, apiPort = ptr.Deref(k.NodePort, port), ptr.Deref(svc.NodePort, apiPort)
 	}
-	return host, port
+	return host, ptr.Deref(k.Agent.Port, port), ptr.Deref(k.Agent.APIPort, apiPort)
+}
+
+// konnectivityAgentKubeconfig is the agents' kubeconfig (in the
+// tenant's ConfigMap kube-system/konnectivity-agent): the tenant's
+// apiservers where the node reaches them, with the automounted token and
+// CA bundle of the agents' service account.
+func konnectivityAgentKubeconfig(c *Completed) ([]byte, error) {
+	host, _, apiPort := konnectivityAgentEndpoint(c)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["tenant"] = &clientcmdapi.Cluster{
+		Server:               "https://" + net.JoinHostPort(host, strconv.Itoa(int(apiPort))),
+		CertificateAuthority: konnectivityAgentCAFile,
+	}
+	// client-go reads the file again as kubelet renews the token.
+	kc.AuthInfos[KonnectivityAgentServiceAccount] = &clientcmdapi.AuthInfo{TokenFile: konnectivityAgentAPITokenFile}
+	kc.Contexts["tenant"] = &clientcmdapi.Context{Cluster: "tenant", AuthInfo: KonnectivityAgentServiceAccount}
+	kc.CurrentContext = "tenant"
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		return nil, fmt.Errorf("writing the konnectivity agents' kubeconfig: %w", err)
+	}
+	return data, nil
 }
 
 // KonnectivityAgentObjects are what the tenant runs for the agents: the
-// right of the servers' user to review tokens, the agents' service
-// account, and a DaemonSet of agents (one per node, so that a node's own
+// right of the servers' user to review tokens, the servers' and agents'
+// rights on the servers' Leases, the agents' service account and
+// kubeconfig, and a DaemonSet of agents (one per node, so that a node's own
 // agent carries its traffic), each dialing every server through the
 // Service with a bound token of that account.
-func KonnectivityAgentObjects(c *Completed, image string) []runtime.Object {
+func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, error) {
 	k := c.Spec.Konnectivity
-	host, port := konnectivityAgentEndpoint(c)
+	host, port, _ := konnectivityAgentEndpoint(c)
+	kubeconfig, err := konnectivityAgentKubeconfig(c)
+	if err != nil {
+		return nil, err
+	}
 	labels := map[string]string{"k8s-app": KonnectivityAgentServiceAccount}
 	meta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: KonnectivityAgentNamespace, Labels: labels}
@@ -359,6 +410,26 @@ func KonnectivityAgentObjects(c *Completed, image string) []runtime.Object {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: KonnectivityServerUser}},
 	}
+	// The servers' Leases: each server writes its own and deletes expired
+	// ones, agents read them. A Role in the agents' namespace, so that
+	// neither reads or writes any other namespace's Leases.
+	leaseRole := func(name string, verbs ...string) *rbacv1.Role {
+		return &rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+			ObjectMeta: meta(name),
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: verbs}},
+		}
+	}
+	leaseBinding := func(name string, subject rbacv1.Subject) *rbacv1.RoleBinding {
+		return &rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: meta(name),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{subject},
+		}
+	}
+	serverLeases := KonnectivityServerUser + ":leases"
+	agentLeases := "system:" + KonnectivityAgentServiceAccount + ":leases"
 	sa := &corev1.ServiceAccount{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
 		ObjectMeta: meta(KonnectivityAgentServiceAccount),
@@ -375,9 +446,12 @@ func KonnectivityAgentObjects(c *Completed, image string) []runtime.Object {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					ServiceAccountName: KonnectivityAgentServiceAccount,
-					// The token below is the agent's only credential.
-					AutomountServiceAccountToken: ptr.To(false),
+					// Two tokens of the account: the automounted one
+					// (with the tenant's CA bundle, which verifies the
+					// servers too) reads the servers' Leases, the bound
+					// one below is for the servers only.
+					ServiceAccountName:           KonnectivityAgentServiceAccount,
+					AutomountServiceAccountToken: ptr.To(true),
 					PriorityClassName:            "system-node-critical",
 					NodeSelector:                 k.Agent.NodeSelector,
 					Tolerations:                  tolerations,
@@ -407,6 +481,14 @@ func KonnectivityAgentObjects(c *Completed, image string) []runtime.Object {
 							"--admin-bind-address=127.0.0.1",
 							// Idle tunnels through NAT are kept alive.
 							"--keepalive-time=30s",
+							// A tunnel to every server whose Lease is
+							// live: the tenant's apiservers tell how many
+							// there are (reached as the node reaches
+							// them, with the automounted token).
+							"--count-server-leases=true",
+							"--kubeconfig=" + konnectivityAgentKubeconfigDir + "/" + KonnectivityAgentKubeconfigKey,
+							"--lease-namespace=" + KonnectivityAgentNamespace,
+							"--lease-label=" + KonnectivityLeaseLabel,
 						},
 						Env: []corev1.EnvVar{{
 							Name:      "HOST_IP",
@@ -417,7 +499,7 @@ func KonnectivityAgentObjects(c *Completed, image string) []runtime.Object {
 						ReadinessProbe: probe("/readyz"),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "token", MountPath: konnectivityAgentTokenDir, ReadOnly: true},
-							{Name: "kube-root-ca", MountPath: path.Dir(konnectivityAgentCAFile), ReadOnly: true},
+							{Name: "kubeconfig", MountPath: konnectivityAgentKubeconfigDir, ReadOnly: true},
 						},
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
@@ -427,18 +509,31 @@ func KonnectivityAgentObjects(c *Completed, image string) []runtime.Object {
 					}},
 					Volumes: []corev1.Volume{
 						{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
-							ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: konnectivityAgentTokenFile, Audience: KonnectivityAudience, ExpirationSeconds: ptr.To[int64](3600)},
+							ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: konnectivityAgentTokenFile, Audience: KonnectivityAudience, ExpirationSeconds: ptr.To(int64(KonnectivityAgentTokenLifetime.Seconds()))},
 						}}}}},
-						{Name: "kube-root-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
-							Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: path.Base(konnectivityAgentCAFile)}},
+						{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: KonnectivityAgentServiceAccount},
 						}}},
 					},
 				},
 			},
 		},
 	}
-	return []runtime.Object{binding, sa, ds}
+	kubeconfigMap := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: KindConfigMap},
+		ObjectMeta: meta(KonnectivityAgentServiceAccount),
+		Data:       map[string]string{KonnectivityAgentKubeconfigKey: string(kubeconfig)},
+	}
+	return []runtime.Object{
+		binding,
+		leaseRole(serverLeases, "get", "list", "create", "update", "delete"),
+		leaseBinding(serverLeases, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: KonnectivityServerUser}),
+		sa,
+		leaseRole(agentLeases, "get", "list", "watch"),
+		leaseBinding(agentLeases, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: KonnectivityAgentServiceAccount, Namespace: KonnectivityAgentNamespace}),
+		kubeconfigMap,
+		ds,
+	}, nil
 }
 
 // desiredKonnectivityAgentConfigMap publishes KonnectivityAgentObjects as
@@ -449,7 +544,11 @@ func desiredKonnectivityAgentConfigMap(c *Completed, image string) (*corev1.Conf
 		return nil, nil
 	}
 	var stream bytes.Buffer
-	for _, o := range KonnectivityAgentObjects(c, image) {
+	objects, err := KonnectivityAgentObjects(c, image)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objects {
 		// As applied: no status, no creation timestamps.
 		u, err := ApplyForm(o)
 		if err != nil {

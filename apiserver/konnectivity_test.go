@@ -7,7 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
@@ -95,5 +100,76 @@ func TestValidate_WarnsWhenTheAgentsDialANameTheCertificateMayLack(t *testing.T)
 		if warned != tt.warns {
 			t.Errorf("host %q, externalHostname %q, extraSANs %v: warned %v, want %v (%v)", tt.host, tt.external, tt.sans, warned, tt.warns, warnings)
 		}
+	}
+}
+
+// A scale of a tenant with the proxy changes the number of apiservers,
+// never their pod template: the agents count the servers' Leases, no flag
+// of the pod says how many there are.
+func TestDesiredDeployment_KonnectivityScaleRollsNoPod(t *testing.T) {
+	cfg := sample(t, "konnectivity")
+	templates := map[int32]corev1.PodTemplateSpec{}
+	for _, replicas := range []int32{1, 2, 5} {
+		cfg.Spec.MasterCount = ptr.To(replicas)
+		_, d, _, _ := desiredObjectsOf(t, cfg)
+		if !slices.ContainsFunc(d.Spec.Template.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "konnectivity-server" }) {
+			t.Fatalf("masterCount %d: the pod runs no konnectivity server", replicas)
+		}
+		templates[replicas] = d.Spec.Template
+	}
+	for _, replicas := range []int32{2, 5} {
+		if diff := cmp.Diff(templates[1], templates[replicas]); diff != "" {
+			t.Errorf("the pod template of masterCount %d differs from that of 1 (a scale would roll every pod):\n%s", replicas, diff)
+		}
+	}
+}
+
+// The agents reach the apiservers, to count the servers, where they reach
+// the servers: on the agents' host, at the Service's ports or node ports.
+func TestKonnectivityAgentKubeconfig_ReachesTheApiserversWhereTheNodesDo(t *testing.T) {
+	for name, tt := range map[string]struct {
+		edit            func(*v1alpha1.ApiServerConfigSpec)
+		want, wantAgent string
+	}{
+		"the sample": {func(*v1alpha1.ApiServerConfigSpec) {}, "https://konnectivity.tenants.example.com:443", "8132"},
+		"agents' own ports": {func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Konnectivity.Agent.APIPort, s.Konnectivity.Agent.Port = ptr.To[int32](8443), ptr.To[int32](9132)
+		}, "https://konnectivity.tenants.example.com:8443", "9132"},
+		"agents' own host": {func(s *v1alpha1.ApiServerConfigSpec) { s.Konnectivity.Agent.Host = "10.1.2.3" }, "https://10.1.2.3:443", "8132"},
+		"a NodePort Service": {func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Serving.Service.Type, s.Serving.Service.NodePort, s.Konnectivity.NodePort = corev1.ServiceTypeNodePort, ptr.To[int32](30443), ptr.To[int32](30132)
+		}, "https://konnectivity.tenants.example.com:30443", "30132"},
+		"a load balancer's node ports": {func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Serving.Service.NodePort, s.Konnectivity.NodePort = ptr.To[int32](30443), ptr.To[int32](30132)
+		}, "https://konnectivity.tenants.example.com:443", "8132"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := sample(t, "konnectivity")
+			tt.edit(&cfg.Spec)
+			data, err := konnectivityAgentKubeconfig(complete(t, cfg, Inputs{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kc, err := clientcmd.Load(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cluster := kc.Clusters[kc.Contexts[kc.CurrentContext].Cluster]
+			if cluster.Server != tt.want {
+				t.Errorf("the agents' kubeconfig names %s, want %s", cluster.Server, tt.want)
+			}
+			if user := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo]; user.TokenFile != konnectivityAgentAPITokenFile || cluster.CertificateAuthority != konnectivityAgentCAFile {
+				t.Errorf("the agents' kubeconfig reads %s and %s, want the automounted token and CA bundle", user.TokenFile, cluster.CertificateAuthority)
+			}
+			objects, err := KonnectivityAgentObjects(complete(t, cfg, Inputs{}), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objects {
+				if ds, ok := o.(*appsv1.DaemonSet); ok && !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--proxy-server-port="+tt.wantAgent) {
+					t.Errorf("the agents dial %q, want port %s", ds.Spec.Template.Spec.Containers[0].Args, tt.wantAgent)
+				}
+			}
+		})
 	}
 }

@@ -91,6 +91,11 @@ func (r *ApiServerConfigReconciler) rotators() []rotator {
 				if d := p.c.Spec.Authentication.ServiceAccount.MaxTokenExpiration; d != nil {
 					in.Overlap = max(in.Overlap, d.Duration)
 				}
+				if p.c.Spec.Konnectivity != nil {
+					// The konnectivity agents reconnect with their bound
+					// token, which the old key may have signed.
+					in.Overlap = max(in.Overlap, apiserver.KonnectivityAgentTokenLifetime)
+				}
 				if every := certs.ServiceAccountKeyRotationPeriod; every != nil && every.Duration > 0 && !s.SignerSince.IsZero() {
 					in.DueAt = s.SignerSince.Add(every.Duration)
 				}

@@ -99,3 +99,36 @@ func TestReconcileRotations_WaitForWhatRunsEverywhere(t *testing.T) {
 		t.Fatal("the objects were rendered again though nothing moved")
 	}
 }
+
+// With spec.konnectivity, a retired service-account key verifies tokens
+// for at least the agents' token lifetime, whatever rotationOverlap says:
+// an agent that reconnects after the switch presents a token the old key
+// may have signed, and kubelet renews it only at 80 % of its hour.
+func TestServiceAccountKeyRotation_KeepsTheOldKeyForTheAgentsTokens(t *testing.T) {
+	r := &ApiServerConfigReconciler{}
+	var sa rotator
+	for _, rot := range r.rotators() {
+		if rot.kind.Name == rotation.ServiceAccountKey.Name {
+			sa = rot
+		}
+	}
+	for _, tt := range []struct {
+		konnectivity bool
+		want         time.Duration
+	}{{false, time.Minute}, {true, apiserver.KonnectivityAgentTokenLifetime}} {
+		p := rotationPass(t, true)
+		p.cfg.Spec.Certificates.RotationOverlap = &metav1.Duration{Duration: time.Minute}
+		if tt.konnectivity {
+			p.cfg.Spec.Konnectivity = &v1alpha1.KonnectivitySpec{Port: apiserver.DefaultKonnectivityPort}
+			p.cfg.Spec.Serving.ExternalHostname = "api.example.com"
+		}
+		c, err := apiserver.Complete(p.cfg, apiserver.Inputs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.c = c
+		if got := sa.inputs(p, p.pki.secrets.ServiceAccountKeyRotation).Overlap; got != tt.want {
+			t.Errorf("konnectivity %v, rotationOverlap 1m: the retired key is trusted for %s, want %s", tt.konnectivity, got, tt.want)
+		}
+	}
+}

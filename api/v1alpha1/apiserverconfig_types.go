@@ -354,10 +354,24 @@ type KonnectivityAgentSpec struct {
 
 	// Port is the port the agents dial, when it is not
 	// spec.konnectivity.port (a node port, a load balancer's port).
+	// Defaults to spec.konnectivity.nodePort on a NodePort Service that
+	// has one, to spec.konnectivity.port otherwise.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	// +optional
 	Port *int32 `json:"port,omitempty"`
+
+	// APIPort is the port at which the agents reach the tenant's
+	// apiservers on host, to count the konnectivity servers (each holds a
+	// Lease in kube-system while it runs): the address a node behind NAT
+	// has for its control plane, where the tenant's own kubernetes
+	// Service (the pods' addresses) may be out of its reach. Defaults to
+	// spec.serving.service.nodePort on a NodePort Service that has one,
+	// to spec.serving.service.port otherwise.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	APIPort *int32 `json:"apiPort,omitempty"`
 
 	// Resources of each agent. By default an agent requests 50m CPU and
 	// 64Mi of memory and has no limit: an agent that relays a node's
@@ -1113,7 +1127,7 @@ type CertificatesSpec struct {
 	// trusted after its successor took over everywhere, for credentials
 	// handed out of the cluster (kubeconfigs, tokens) to be replaced. For the
 	// service-account key, the maximum token lifetime applies when it is
-	// longer.
+	// longer, and with spec.konnectivity the agents' token lifetime (1h).
 	// +kubebuilder:default="24h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`

@@ -948,6 +948,11 @@ func (in *KonnectivityAgentSpec) DeepCopyInto(out *KonnectivityAgentSpec) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.APIPort != nil {
+		in, out := &in.APIPort, &out.APIPort
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Resources != nil {
 		in, out := &in.Resources, &out.Resources
 		*out = new(corev1.ResourceRequirements)

@@ -36,7 +36,8 @@ import (
 // with the spec printed. The other way round, a spec that the catalog checks
 // refuse in kube-apiserver's stead (a flag, gate or plugin it does not have)
 // must be refused by kube-apiserver's code too. ADMISSION_FUZZ_SPECS sets how many specs (make
-// test runs a few hundred; make fuzz-admission 10 000).
+// test runs a few hundred; make fuzz-admission 10 000), ADMISSION_FUZZ_SEED
+// which (1 by default; CI draws other specs on each commit).
 func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 	n := 200
 	if v := os.Getenv("ADMISSION_FUZZ_SPECS"); v != "" {
@@ -59,7 +60,10 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 	}
 	seed := uint64(1)
 	if v := os.Getenv("ADMISSION_FUZZ_SEED"); v != "" {
-		seed, _ = strconv.ParseUint(v, 10, 64)
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("ADMISSION_FUZZ_SEED=%q: %v", v, err)
+		}
 	}
 
 	var admitted, refused atomic.Int64

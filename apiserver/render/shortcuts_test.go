@@ -44,13 +44,20 @@ var (
 //     exactly when the original is.
 //
 // SHORTCUT_SPECS sets how many specs (make test runs 100; make
-// fuzz-admission 2 000).
+// fuzz-admission 1 000), ADMISSION_FUZZ_SEED which (1 by default).
 func TestShortcuts_ChangeNoVerdict(t *testing.T) {
 	n := 100
 	if v := os.Getenv("SHORTCUT_SPECS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil {
 			t.Fatalf("SHORTCUT_SPECS=%q: %v", v, err)
+		}
+	}
+	seed := uint64(1)
+	if v := os.Getenv("ADMISSION_FUZZ_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("ADMISSION_FUZZ_SEED=%q: %v", v, err)
 		}
 	}
 	fast, exact := validatorpool.NewPool(validatorDir()), exactValidator(t)
@@ -81,7 +88,7 @@ func TestShortcuts_ChangeNoVerdict(t *testing.T) {
 		})
 	}
 	for i := range uint64(n) {
-		work <- 7_000_003 + i
+		work <- 7_000_003*seed + i
 	}
 	close(work)
 	wg.Wait()

@@ -176,6 +176,10 @@ type booted struct {
 	// konnectivity is the konnectivity server sidecar, when the spec
 	// has one.
 	konnectivity *konnectivityServer
+	// material and admin are what another apiserver of the tenant runs
+	// with (bootReplica).
+	material apiserver.Material
+	admin    *pki.KeyPair
 }
 
 // konnectivityServer is the konnectivity server as boot started it.
@@ -194,44 +198,65 @@ type konnectivityServer struct {
 // then is, as the operator renders such a tenant.
 func boot(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, etcdUser string) *booted {
 	t.Helper()
+	return bootPod(t, dir, cfg, etcdCA, etcdClient, etcdUser, nil, "boot-0")
+}
+
+// bootReplica runs another apiserver of the tenant first is: cfg is its
+// spec but for the ports, the material (PKI, encryption keys) is first's,
+// and podName is its pod's name (its konnectivity server's ID).
+func bootReplica(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, first *booted, podName string) *booted {
+	t.Helper()
+	return bootPod(t, dir, cfg, etcdCA, etcdClient, "", first, podName)
+}
+
+func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, etcdUser string, first *booted, podName string) *booted {
+	t.Helper()
 	now := time.Now()
 	if errs, _ := apiserver.Validate(cfg); len(errs) > 0 {
 		t.Fatalf("the test spec is invalid: %v", errs.ToAggregate())
 	}
 	c := must(apiserver.Complete(cfg, apiserver.Inputs{EtcdUser: etcdUser}))
-	// Encryption at rest as a new tenant gets it.
-	encryptionKeys, _, encErr := apiserver.NewEncryptionKeys(c.Spec.Encryption, false)
-	if encErr != nil {
-		t.Fatal(encErr)
-	}
-
-	// The PKI, at the paths the flags name, under dir instead of /.
 	root := func(path string) string { return filepath.Join(dir, path) }
-	alg := c.Spec.Certificates.KeyAlgorithm
-	ca := must(pki.NewSelfSignedCA("kubernetes", alg, 24*time.Hour, now))
-	serving := must(pki.NewSignedCert(ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), alg, time.Hour, now))
-	kubeletClient := must(pki.NewSignedCert(ca, pki.KubeletClientCertConfig(), alg, time.Hour, now))
-	frontProxyCA := must(pki.NewSelfSignedCA("front-proxy-ca", alg, 24*time.Hour, now))
-	frontProxyClient := must(pki.NewSignedCert(frontProxyCA, pki.FrontProxyClientCertConfig(), alg, time.Hour, now))
-	sa := must(pki.NewServiceAccountKey(alg))
-	admin := must(pki.NewSignedCert(ca, pki.AdminCertConfig(), alg, time.Hour, now))
-	caBundle := pki.TrustBundle(now, ca.Cert())
-	var konnectivityServing, konnectivityClient *pki.KeyPair
-	if cfg.Spec.Konnectivity != nil {
-		konnectivityServing = must(pki.NewSignedCert(ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), alg, time.Hour, now))
-		konnectivityClient = must(pki.NewSignedCert(ca, apiserver.KonnectivityServerCertConfig(), alg, time.Hour, now))
+	var material apiserver.Material
+	var admin *pki.KeyPair
+	if first != nil {
+		material, admin = first.material, first.admin
+	} else {
+		// Encryption at rest as a new tenant gets it.
+		encryptionKeys, _, encErr := apiserver.NewEncryptionKeys(c.Spec.Encryption, false)
+		if encErr != nil {
+			t.Fatal(encErr)
+		}
+		// The PKI, written below at the paths the flags name, under dir
+		// instead of /.
+		alg := c.Spec.Certificates.KeyAlgorithm
+		ca := must(pki.NewSelfSignedCA("kubernetes", alg, 24*time.Hour, now))
+		serving := must(pki.NewSignedCert(ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), alg, time.Hour, now))
+		kubeletClient := must(pki.NewSignedCert(ca, pki.KubeletClientCertConfig(), alg, time.Hour, now))
+		frontProxyCA := must(pki.NewSelfSignedCA("front-proxy-ca", alg, 24*time.Hour, now))
+		frontProxyClient := must(pki.NewSignedCert(frontProxyCA, pki.FrontProxyClientCertConfig(), alg, time.Hour, now))
+		sa := must(pki.NewServiceAccountKey(alg))
+		admin = must(pki.NewSignedCert(ca, pki.AdminCertConfig(), alg, time.Hour, now))
+		caBundle := pki.TrustBundle(now, ca.Cert())
+		var konnectivityServing, konnectivityClient *pki.KeyPair
+		if cfg.Spec.Konnectivity != nil {
+			konnectivityServing = must(pki.NewSignedCert(ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), alg, time.Hour, now))
+			konnectivityClient = must(pki.NewSignedCert(ca, apiserver.KonnectivityServerCertConfig(), alg, time.Hour, now))
+		}
+		material = apiserver.Material{
+			PKI: apiserver.PKISecrets{
+				CA: ca, CABundle: caBundle, Serving: serving, KubeletClient: kubeletClient,
+				FrontProxyCA: frontProxyCA, FrontProxyCABundle: pki.TrustBundle(now, frontProxyCA.Cert()), FrontProxyClient: frontProxyClient,
+				ServiceAccountSigningKey: must(sa.PrivateKeyPEM()), ServiceAccountPublicKeys: must(pki.PublicKeysPEM(sa.Public())),
+				AdminKubeconfig: must(pki.AdminKubeconfig(cfg.Name, c.Endpoint, caBundle, admin.CertPEM(), must(admin.KeyPEM()))),
+				EtcdClient:      etcdClient, EtcdCA: etcdCA.CertPEM(),
+				KonnectivityServing: konnectivityServing, KonnectivityClient: konnectivityClient,
+			},
+			Encryption: &apiserver.EncryptionMaterial{Keys: encryptionKeys},
+		}
 	}
-	objs := must(apiserver.Desired(c, apiserver.Material{
-		PKI: apiserver.PKISecrets{
-			CA: ca, CABundle: caBundle, Serving: serving, KubeletClient: kubeletClient,
-			FrontProxyCA: frontProxyCA, FrontProxyCABundle: pki.TrustBundle(now, frontProxyCA.Cert()), FrontProxyClient: frontProxyClient,
-			ServiceAccountSigningKey: must(sa.PrivateKeyPEM()), ServiceAccountPublicKeys: must(pki.PublicKeysPEM(sa.Public())),
-			AdminKubeconfig: must(pki.AdminKubeconfig(cfg.Name, c.Endpoint, caBundle, admin.CertPEM(), must(admin.KeyPEM()))),
-			EtcdClient:      etcdClient, EtcdCA: etcdCA.CertPEM(),
-			KonnectivityServing: konnectivityServing, KonnectivityClient: konnectivityClient,
-		},
-		Encryption: &apiserver.EncryptionMaterial{Keys: encryptionKeys},
-	}, apiserver.Environment{}))
+	ca, encryptionKeys := material.PKI.CA, material.Encryption.Keys
+	objs := must(apiserver.Desired(c, material, apiserver.Environment{}))
 	rendered := slices.Clone(objs.Args)
 	args := objs.Args
 	// The user's etcd client Secret.
@@ -283,7 +308,7 @@ func boot(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 		adminPort := freePort(t)
 		var kargs []string
 		for _, a := range ctr.Args {
-			a = strings.ReplaceAll(a, "$(POD_NAME)", "boot-0")
+			a = strings.ReplaceAll(a, "$(POD_NAME)", podName)
 			a = strings.ReplaceAll(a, "="+apiserver.KonnectivityServerDir+"/", "="+root(apiserver.KonnectivityServerDir)+"/")
 			a = strings.ReplaceAll(a, "="+apiserver.KonnectivitySocket, "="+konnectivitySocket)
 			a = strings.ReplaceAll(a, fmt.Sprintf("--admin-port=%d", apiserver.KonnectivityAdminPort), fmt.Sprintf("--admin-port=%d", adminPort))
@@ -345,7 +370,7 @@ func boot(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 	restConfig.QPS, restConfig.Burst = -1, 0
 	cs := must(kubernetes.NewForConfig(restConfig))
 	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed, args: rendered,
-		ca: ca, konnectivity: konnectivity}
+		ca: ca, konnectivity: konnectivity, material: material, admin: admin}
 }
 
 func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {

@@ -1,6 +1,7 @@
 package boot
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -24,6 +25,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -39,8 +42,11 @@ import (
 // it, and the agent side as the operator publishes it applied in the
 // tenant.
 type nodeBehind struct {
-	ctx             context.Context
+	ctx context.Context
+	// cs is the admin's client of the first apiserver, apiservers that of
+	// each.
 	cs              *kubernetes.Clientset
+	apiservers      []*kubernetes.Clientset
 	kubeletRequests *atomic.Int32
 	lastKubeletPath *atomic.Value
 	// With the proxy: a token of the agents' service account for an
@@ -51,7 +57,10 @@ type nodeBehind struct {
 	serverLog string
 }
 
-func newNodeBehind(t testing.TB, withProxy bool) *nodeBehind {
+// newNodeBehind boots the tenant with apiservers apiservers (each with
+// its konnectivity server, behind one address for the agents as the
+// tenant's Service puts them, when withProxy).
+func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 	t.Helper()
 	dir := t.TempDir()
 	now := time.Now()
@@ -79,6 +88,26 @@ func newNodeBehind(t testing.TB, withProxy bool) *nodeBehind {
 		t.Fatalf("the rendered pod runs the konnectivity server: %v, want %v", b.konnectivity != nil, withProxy)
 	}
 	cs := b.cs
+	clients, agentPorts := []*kubernetes.Clientset{cs}, []int{agentPort}
+	for i := 1; i < apiservers; i++ {
+		replica := cfg.DeepCopy()
+		replica.Spec.Serving.SecurePort = int32(freePort(t))
+		if withProxy {
+			agentPorts = append(agentPorts, freePort(t))
+			replica.Spec.Konnectivity.Port = int32(agentPorts[i])
+		}
+		replicaDir := filepath.Join(dir, fmt.Sprintf("boot-%d", i))
+		if err := os.MkdirAll(replicaDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, bootReplica(t, replicaDir, replica, etcdCA, etcdClient, b, fmt.Sprintf("boot-%d", i)).cs)
+	}
+	// The address the agents dial: the Service, which sends each
+	// connection to one of the servers.
+	serviceAgentPort := agentPort
+	if len(agentPorts) > 1 {
+		serviceAgentPort = roundRobin(t, agentPorts...)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 
@@ -122,26 +151,33 @@ func newNodeBehind(t testing.TB, withProxy bool) *nodeBehind {
 			Containers:                   []corev1.Container{{Name: "app", Image: "app"}},
 		},
 	}, metav1.CreateOptions{}))
-	n := &nodeBehind{ctx: ctx, cs: cs, kubeletRequests: &kubeletRequests, lastKubeletPath: &lastKubeletPath}
+	n := &nodeBehind{ctx: ctx, cs: cs, apiservers: clients, kubeletRequests: &kubeletRequests, lastKubeletPath: &lastKubeletPath}
 	if !withProxy {
 		return n
 	}
 	// The agent side as the operator publishes it for the tenant.
 	var agentContainer *corev1.Container
-	for _, o := range apiserver.KonnectivityAgentObjects(b.c, "") {
+	var agentKubeconfig *clientcmdapi.Config
+	for _, o := range must(apiserver.KonnectivityAgentObjects(b.c, "")) {
 		switch o := o.(type) {
+		case *corev1.ConfigMap:
+			agentKubeconfig = must(clientcmd.Load([]byte(o.Data[apiserver.KonnectivityAgentKubeconfigKey])))
 		case *corev1.ServiceAccount:
 			must(cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{}))
 		case *rbacv1.ClusterRoleBinding:
 			must(cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{}))
+		case *rbacv1.Role:
+			must(cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{}))
+		case *rbacv1.RoleBinding:
+			must(cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{}))
 		case *appsv1.DaemonSet:
 			agentContainer = &o.Spec.Template.Spec.Containers[0]
 		default:
 			t.Fatalf("the agents' manifests hold a %T this test does not apply", o)
 		}
 	}
-	if agentContainer == nil {
-		t.Fatal("the agents' manifests hold no DaemonSet")
+	if agentContainer == nil || agentKubeconfig == nil {
+		t.Fatalf("the agents' manifests hold no DaemonSet (%v) or no kubeconfig (%v)", agentContainer != nil, agentKubeconfig != nil)
 	}
 
 	// The binding in force before any agent connects: a refusal for want
@@ -159,16 +195,35 @@ func newNodeBehind(t testing.TB, withProxy bool) *nodeBehind {
 		}
 	}
 
+	// A token for the audience, or for the apiserver's own when it is "".
 	n.token = func(audience string) string {
+		var audiences []string
+		if audience != "" {
+			audiences = []string{audience}
+		}
 		tr := must(cs.CoreV1().ServiceAccounts(apiserver.KonnectivityAgentNamespace).CreateToken(ctx, apiserver.KonnectivityAgentServiceAccount,
-			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](3600)}},
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To[int64](3600)}},
 			metav1.CreateOptions{}))
-		path := filepath.Join(dir, "token-"+strings.ReplaceAll(audience, ":", "-"))
+		path := filepath.Join(dir, "token-"+cmp.Or(strings.ReplaceAll(audience, "/", "-"), "apiserver"))
 		write(t, path, []byte(tr.Status.Token))
 		return path
 	}
 	caFile := filepath.Join(dir, "agent-ca.crt")
 	write(t, caFile, b.ca.CertPEM())
+	// The published kubeconfig, but for the apiserver's address (the test
+	// has no Service) and where the automounted token and CA bundle are:
+	// a token of the account for the apiserver's own audience.
+	agentKubeconfigFile := filepath.Join(dir, "agent.kubeconfig")
+	for _, cluster := range agentKubeconfig.Clusters {
+		cluster.Server, cluster.CertificateAuthority = fmt.Sprintf("https://127.0.0.1:%d", cfg.Spec.Serving.SecurePort), caFile
+	}
+	apiToken := n.token("")
+	for _, user := range agentKubeconfig.AuthInfos {
+		user.TokenFile = apiToken
+	}
+	if err := clientcmd.WriteToFile(*agentKubeconfig, agentKubeconfigFile); err != nil {
+		t.Fatal(err)
+	}
 	// An agent runs with the rendered command line, but for where its
 	// files are, the node's address and ports of the test's.
 	n.agent = func(name, tokenPath string) *exec.Cmd {
@@ -183,6 +238,7 @@ func newNodeBehind(t testing.TB, withProxy bool) *nodeBehind {
 				if a != flag+"="+strconv.Itoa(agentPort) {
 					t.Errorf("the agents dial %s, want the server's port %d", a, agentPort)
 				}
+				a = flag + "=" + strconv.Itoa(serviceAgentPort)
 			case "--ca-cert":
 				a = flag + "=" + caFile
 			case "--service-account-token-path":
@@ -191,6 +247,8 @@ func newNodeBehind(t testing.TB, withProxy bool) *nodeBehind {
 				a = flag + "=" + strconv.Itoa(healthPort)
 			case "--admin-server-port":
 				a = flag + "=" + strconv.Itoa(adminPort)
+			case "--kubeconfig":
+				a = flag + "=" + agentKubeconfigFile
 			}
 			args = append(args, strings.ReplaceAll(a, "$(HOST_IP)", "127.0.0.1"))
 		}
@@ -201,12 +259,69 @@ func newNodeBehind(t testing.TB, withProxy bool) *nodeBehind {
 	return n
 }
 
-// logs is kubectl logs of the node's pod.
-func (n *nodeBehind) logs() (string, error) {
+// waitForLeases waits, a minute at most, until the servers' Leases in the
+// tenant are held by the servers holders name, and by no other.
+func (n *nodeBehind) waitForLeases(t testing.TB, holders ...string) {
+	t.Helper()
+	var held []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		leases, err := n.cs.CoordinationV1().Leases(apiserver.KonnectivityAgentNamespace).List(n.ctx, metav1.ListOptions{LabelSelector: apiserver.KonnectivityLeaseLabel})
+		if err == nil {
+			held = held[:0]
+			for _, l := range leases.Items {
+				held = append(held, ptr.Deref(l.Spec.HolderIdentity, ""))
+			}
+			slices.Sort(held)
+		}
+		if slices.Equal(held, holders) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the servers' Leases in %s are held by %q (%v), want %q", apiserver.KonnectivityAgentNamespace, held, err, holders)
+		}
+	}
+}
+
+// logs is kubectl logs of the node's pod, through the first apiserver.
+func (n *nodeBehind) logs() (string, error) { return n.logsVia(n.cs) }
+
+// logsVia is kubectl logs of the node's pod through the apiserver of cs.
+func (n *nodeBehind) logsVia(cs *kubernetes.Clientset) (string, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	defer cancel()
-	out, err := n.cs.CoreV1().Pods("default").GetLogs("app", &corev1.PodLogOptions{Container: "app"}).DoRaw(ctx)
+	out, err := cs.CoreV1().Pods("default").GetLogs("app", &corev1.PodLogOptions{Container: "app"}).DoRaw(ctx)
 	return string(out), err
+}
+
+// roundRobin listens on a port of loopback and forwards each connection
+// to the next of ports in turn, as a Service does to its endpoints; it
+// stops with the test.
+func roundRobin(t testing.TB, ports ...int) int {
+	t.Helper()
+	l := must(net.Listen("tcp", "127.0.0.1:0"))
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for next := 0; ; next++ {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func(port int) {
+				defer func() { _ = in.Close() }()
+				out, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+				if err != nil {
+					return
+				}
+				defer func() { _ = out.Close() }()
+				go func() {
+					_, _ = io.Copy(out, in)
+					_ = out.(*net.TCPConn).CloseWrite()
+				}()
+				_, _ = io.Copy(in, out)
+			}(ports[next%len(ports)])
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // waitFor asks for the logs until ok says the answer is the one wanted,
@@ -234,7 +349,7 @@ func (n *nodeBehind) waitFor(t testing.TB, what string, ok func(string, error) b
 // agent is the path, although the "node" is on loopback. An agent whose
 // token is for another audience is refused by the server.
 func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
-	n := newNodeBehind(t, true)
+	n := newNodeBehind(t, true, 1)
 	// No agent yet: the node is not reachable, although it listens on
 	// loopback: kube-apiserver dials it through the server only.
 	if out, err := n.logs(); err == nil {
@@ -274,10 +389,42 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 		t.Error("kubectl logs answered, but the kubelet saw no request")
 	}
 
+	// The server holds a Lease in the tenant, which its agents count: the
+	// number of servers is in no flag of the pod.
+	n.waitForLeases(t, "boot-0")
+
 	// The agent gone, the node is unreachable again.
 	_ = nodeAgent.Process.Kill()
 	_, err := n.waitFor(t, "with the agent gone", func(_ string, err error) bool { return err != nil })
 	t.Logf("kubectl logs with no agent: %v", err)
+}
+
+// TestRenderedKonnectivity_AgentsCountTheServers runs two apiservers of a
+// tenant, each with its konnectivity server as rendered (no server count
+// in any flag), behind one address for the agents as the tenant's Service
+// puts them, and one agent as published. Each server holds a Lease in the
+// tenant; the agent counts them and opens a tunnel to each, so that
+// kubectl logs through either apiserver reaches the node. An agent that
+// held one tunnel (a count of one) would leave the second apiserver with
+// "No agent available".
+func TestRenderedKonnectivity_AgentsCountTheServers(t *testing.T) {
+	n := newNodeBehind(t, true, 2)
+	n.waitForLeases(t, "boot-0", "boot-1")
+	start := time.Now()
+	n.agent("agent", n.token(apiserver.KonnectivityAudience))
+	for i, cs := range n.apiservers {
+		var out string
+		var err error
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+			if out, err = n.logsVia(cs); err == nil {
+				break
+			}
+		}
+		if want := "a line of the node's kubelet\n"; err != nil || out != want {
+			t.Errorf("kubectl logs through apiserver boot-%d gave %q, %v for a minute, want %q: the agent holds no tunnel to its server", i, out, err, want)
+		}
+	}
+	t.Logf("one agent, two servers counted by their Leases: logs through both apiservers %s after the agent started", time.Since(start).Round(10*time.Millisecond))
 }
 
 // BenchmarkKonnectivityLogs measures kubectl logs of a pod on a node, one
@@ -290,7 +437,7 @@ func BenchmarkKonnectivityLogs(b *testing.B) {
 		proxy bool
 	}{{"direct", false}, {"proxy", true}} {
 		b.Run(tt.name, func(b *testing.B) {
-			n := newNodeBehind(b, tt.proxy)
+			n := newNodeBehind(b, tt.proxy, 1)
 			var agent *exec.Cmd
 			if tt.proxy {
 				agent = n.agent("agent", n.token(apiserver.KonnectivityAudience))
