@@ -143,10 +143,10 @@ lint: golangci-lint ## Run golangci-lint with the linters of .golangci.yml.
 
 .PHONY: test
 test: manifests generate fmt vet bundled $(VERSITYGW) ## Run unit tests and the suite against a real kube-apiserver and etcd.
-	go test ./... -count=1 -coverprofile cover.out
+	go test ./... -count=1 -timeout 30m -coverprofile cover.out
 
 .PHONY: fuzz-admission
-fuzz-admission: manifests bundled ## Run the differential admission test on 10 000 random specs over every bundled version, and the test of the validator's shortcuts on 1 000 (about 16 minutes on 2 cores; make test runs 200 and 100).
+fuzz-admission: manifests bundled ## Run the differential admission test on 10 000 random specs over every bundled version, and the test of the validator's shortcuts on 1 000 (about 35 minutes on 2 cores; make test runs 200 and 100).
 	ADMISSION_FUZZ_SPECS=$${ADMISSION_FUZZ_SPECS:-10000} SHORTCUT_SPECS=$${SHORTCUT_SPECS:-1000} \
 		go test ./apiserver/render -run 'TestAdmission_AgreesWithKubeAPIServer|TestShortcuts_ChangeNoVerdict' -count=1 -timeout 120m -v
 

@@ -3,8 +3,10 @@ package apiserver
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
 	"fmt"
 	"net"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,12 +74,17 @@ const (
 	KonnectivityAgentNamespace      = "kube-system"
 	KonnectivityAgentServiceAccount = "konnectivity-agent"
 
-	// KonnectivityLeaseLabel marks the Lease each server holds in the
-	// tenant's KonnectivityAgentNamespace while it runs (upstream's lease
-	// controller renews it every 15 s, for 30 s): agents count the live
-	// ones to know how many servers to hold a tunnel to. The number of
-	// servers is then in no flag of the pod, and a scale rolls nothing.
-	KonnectivityLeaseLabel = "k8s-app=konnectivity-server"
+	// KonnectivityLeaseNamespace is the tenant's namespace where each
+	// server holds a Lease labelled KonnectivityLeaseLabel while it runs
+	// (upstream's lease controller renews it every 15 s, for 30 s): agents
+	// count the live ones to know how many servers to hold a tunnel to.
+	// The number of servers is then in no flag of the pod, and a scale
+	// rolls nothing. A namespace of their own: upstream's agents watch
+	// every Lease of the namespace (not only the servers'), and the
+	// servers may write Leases there; kube-system's are the leader
+	// elections' and the apiservers' identities.
+	KonnectivityLeaseNamespace = "konnectivity-leases"
+	KonnectivityLeaseLabel     = "k8s-app=konnectivity-server"
 
 	// KonnectivityAgentTokenLifetime is how long an agent's bound token
 	// lives (kubelet renews it at 80 % of that): a retired
@@ -227,7 +234,7 @@ func konnectivityServer(c *Completed, image string, securityContext *corev1.Secu
 			// they count the servers' Leases (no --server-count, which
 			// would roll every pod on a scale).
 			"--enable-lease-controller=true",
-			"--lease-namespace=" + KonnectivityAgentNamespace,
+			"--lease-namespace=" + KonnectivityLeaseNamespace,
 			"--lease-label=" + KonnectivityLeaseLabel,
 			"--agent-port=" + strconv.Itoa(int(k.Port)),
 			"--admin-port=" + strconv.Itoa(KonnectivityAdminPort),
@@ -286,7 +293,7 @@ const podNameEnv = "POD_NAME"
 // kube-apiserver must listen there (--bind-address all addresses, or
 // 127.0.0.1).
 // It warns when the agents dial a name the serving certificate may not
-// carry.
+// carry, or a node port that is not known yet.
 func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Path, warnings *[]string) field.ErrorList {
 	if spec.Konnectivity == nil {
 		return nil
@@ -294,6 +301,18 @@ func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Pa
 	if host := spec.Konnectivity.Agent.Host; host != "" && host != spec.Serving.ExternalHostname && !slices.Contains(spec.Serving.ExtraSANs, host) {
 		*warnings = append(*warnings, fmt.Sprintf("spec.konnectivity.agent.host: the agents dial %s, which is neither spec.serving.externalHostname nor in spec.serving.extraSANs: "+
 			"the servers' certificate names it only if it is the LoadBalancer's address, and the agents refuse a server it does not name", host))
+	}
+	if k, svc := spec.Konnectivity, spec.Serving.Service; svc.Type == corev1.ServiceTypeNodePort {
+		// The node ports a Service is given are not known when the
+		// agents' manifests are rendered.
+		if k.Agent.Port == nil && k.NodePort == nil {
+			*warnings = append(*warnings, "spec.konnectivity.agent.port: on a NodePort Service the agents dial a node port, and without spec.konnectivity.nodePort it is allocated: "+
+				"they would dial spec.konnectivity.port instead; set spec.konnectivity.nodePort (or agent.port)")
+		}
+		if k.Agent.APIPort == nil && svc.NodePort == nil {
+			*warnings = append(*warnings, "spec.konnectivity.agent.apiPort: on a NodePort Service the agents reach the apiservers on a node port, and without spec.serving.service.nodePort it is allocated: "+
+				"they would use spec.serving.service.port instead; set spec.serving.service.nodePort (or agent.apiPort)")
+		}
 	}
 	var errs field.ErrorList
 	for i, a := range spec.ExtraArgs {
@@ -321,16 +340,19 @@ const (
 	// not a credential).
 	konnectivityAgentTokenDir  = "/var/run/secrets/tokens"  //nolint:gosec // G101: a path.
 	konnectivityAgentTokenFile = "konnectivity-agent-token" //nolint:gosec // G101: a file name.
-	// konnectivityAgentCAFile is the tenant's CA bundle as every pod of
-	// the tenant gets it (kube-root-ca.crt, with its token), and
-	// konnectivityAgentAPITokenFile that token.
+	// konnectivityAgentCAFile is the tenant's CA bundle (kube-root-ca.crt)
+	// and konnectivityAgentAPITokenFile the agent's token for its
+	// apiservers, where a pod's automounted ones would be.
 	konnectivityAgentCAFile       = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 	konnectivityAgentAPITokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token" //nolint:gosec // G101: a path.
 	// KonnectivityAgentKubeconfigKey is the agents' kubeconfig in their
 	// ConfigMap in the tenant (kube-system/konnectivity-agent), mounted at
 	// konnectivityAgentKubeconfigDir.
 	KonnectivityAgentKubeconfigKey = "kubeconfig"
-	konnectivityAgentKubeconfigDir = "/etc/konnectivity-agent"
+	// KonnectivityAgentKubeconfigHashAnnotation on the agents' pod
+	// template is a hash of that kubeconfig.
+	KonnectivityAgentKubeconfigHashAnnotation = "apiserver-operator.dev/kubeconfig-hash"
+	konnectivityAgentKubeconfigDir            = "/etc/konnectivity-agent"
 )
 
 // KonnectivityAgentConfigMapName is the ConfigMap of the agents'
@@ -411,19 +433,26 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: KonnectivityServerUser}},
 	}
 	// The servers' Leases: each server writes its own and deletes expired
-	// ones, agents read them. A Role in the agents' namespace, so that
+	// ones, agents read them. Roles in the Leases' own namespace, so that
 	// neither reads or writes any other namespace's Leases.
+	leaseNamespace := &corev1.Namespace{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: KonnectivityLeaseNamespace, Labels: labels},
+	}
+	leaseMeta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: KonnectivityLeaseNamespace, Labels: labels}
+	}
 	leaseRole := func(name string, verbs ...string) *rbacv1.Role {
 		return &rbacv1.Role{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-			ObjectMeta: meta(name),
+			ObjectMeta: leaseMeta(name),
 			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: verbs}},
 		}
 	}
 	leaseBinding := func(name string, subject rbacv1.Subject) *rbacv1.RoleBinding {
 		return &rbacv1.RoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-			ObjectMeta: meta(name),
+			ObjectMeta: leaseMeta(name),
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 			Subjects:   []rbacv1.Subject{subject},
 		}
@@ -444,14 +473,19 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("10%"))},
 			},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				// The agents read their kubeconfig once: a new one rolls them.
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
+					KonnectivityAgentKubeconfigHashAnnotation: fmt.Sprintf("%x", sha256.Sum256(kubeconfig))[:16],
+				}},
 				Spec: corev1.PodSpec{
-					// Two tokens of the account: the automounted one
-					// (with the tenant's CA bundle, which verifies the
-					// servers too) reads the servers' Leases, the bound
-					// one below is for the servers only.
+					// Two bound tokens of the account, an hour each:
+					// one for the tenant's apiservers (with the tenant's
+					// CA bundle, which verifies the servers too), which
+					// reads the servers' Leases, the other for the
+					// servers only. None for a year, as an automounted
+					// token may be (extended expiration).
 					ServiceAccountName:           KonnectivityAgentServiceAccount,
-					AutomountServiceAccountToken: ptr.To(true),
+					AutomountServiceAccountToken: ptr.To(false),
 					PriorityClassName:            "system-node-critical",
 					NodeSelector:                 k.Agent.NodeSelector,
 					Tolerations:                  tolerations,
@@ -486,20 +520,29 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 							// there are (reached as the node reaches
 							// them, with the automounted token).
 							"--count-server-leases=true",
+							// Servers of an earlier operator send their
+							// count (masterCount): the larger one wins.
+							"--server-count-source=max",
 							"--kubeconfig=" + konnectivityAgentKubeconfigDir + "/" + KonnectivityAgentKubeconfigKey,
-							"--lease-namespace=" + KonnectivityAgentNamespace,
+							"--lease-namespace=" + KonnectivityLeaseNamespace,
 							"--lease-label=" + KonnectivityLeaseLabel,
 						},
 						Env: []corev1.EnvVar{{
 							Name:      "HOST_IP",
 							ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}},
 						}},
-						Resources:      resources,
+						Resources: resources,
+						// The agent answers once it has listed the
+						// servers' Leases: while it cannot reach its
+						// apiservers, it is not killed every 30 s
+						// (and backed off for minutes once they are back).
+						StartupProbe:   &corev1.Probe{ProbeHandler: probe("/healthz").ProbeHandler, PeriodSeconds: 5, TimeoutSeconds: 5, FailureThreshold: 120},
 						LivenessProbe:  probe("/healthz"),
 						ReadinessProbe: probe("/readyz"),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "token", MountPath: konnectivityAgentTokenDir, ReadOnly: true},
 							{Name: "kubeconfig", MountPath: konnectivityAgentKubeconfigDir, ReadOnly: true},
+							{Name: "kube-api", MountPath: path.Dir(konnectivityAgentAPITokenFile), ReadOnly: true},
 						},
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
@@ -514,6 +557,15 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 						{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 							LocalObjectReference: corev1.LocalObjectReference{Name: KonnectivityAgentServiceAccount},
 						}}},
+						{Name: "kube-api", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+							{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+								Path: path.Base(konnectivityAgentAPITokenFile), ExpirationSeconds: ptr.To(int64(KonnectivityAgentTokenLifetime.Seconds())),
+							}},
+							{ConfigMap: &corev1.ConfigMapProjection{
+								LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+								Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: path.Base(konnectivityAgentCAFile)}},
+							}},
+						}}}},
 					},
 				},
 			},
@@ -526,6 +578,7 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 	}
 	return []runtime.Object{
 		binding,
+		leaseNamespace,
 		leaseRole(serverLeases, "get", "list", "create", "update", "delete"),
 		leaseBinding(serverLeases, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: KonnectivityServerUser}),
 		sa,

@@ -165,11 +165,72 @@ func TestKonnectivityAgentKubeconfig_ReachesTheApiserversWhereTheNodesDo(t *test
 			if err != nil {
 				t.Fatal(err)
 			}
+			daemonSets := 0
 			for _, o := range objects {
-				if ds, ok := o.(*appsv1.DaemonSet); ok && !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--proxy-server-port="+tt.wantAgent) {
-					t.Errorf("the agents dial %q, want port %s", ds.Spec.Template.Spec.Containers[0].Args, tt.wantAgent)
+				if ds, ok := o.(*appsv1.DaemonSet); ok {
+					daemonSets++
+					if !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--proxy-server-port="+tt.wantAgent) {
+						t.Errorf("the agents dial %q, want port %s", ds.Spec.Template.Spec.Containers[0].Args, tt.wantAgent)
+					}
 				}
 			}
+			if daemonSets != 1 {
+				t.Errorf("the agents' manifests hold %d DaemonSets, want 1", daemonSets)
+			}
 		})
+	}
+}
+
+// On a NodePort Service whose node ports are allocated, the agents'
+// manifests cannot name them: admission warns, once per port left out.
+func TestValidate_WarnsWhenTheAgentsWouldDialAnAllocatedNodePort(t *testing.T) {
+	for _, tt := range []struct {
+		name                         string
+		agentPort, konnNode, apiPort *int32
+		serviceNode                  *int32
+		wantAgentPort, wantAPIPort   bool
+	}{
+		{name: "nothing fixed", wantAgentPort: true, wantAPIPort: true},
+		{name: "node ports fixed", konnNode: ptr.To[int32](30132), serviceNode: ptr.To[int32](30443)},
+		{name: "agents' ports given", agentPort: ptr.To[int32](8132), apiPort: ptr.To[int32](443)},
+		{name: "only the agents' port", konnNode: ptr.To[int32](30132), wantAPIPort: true},
+	} {
+		cfg := &v1alpha1.ApiServerConfig{Spec: v1alpha1.ApiServerConfigSpec{
+			Etcd: v1alpha1.EtcdSpec{Servers: []string{"https://etcd:2379"}},
+			Serving: v1alpha1.ServingSpec{ExternalHostname: "edge.example.com",
+				Service: v1alpha1.ServiceSpec{Type: corev1.ServiceTypeNodePort, NodePort: tt.serviceNode}},
+			Konnectivity: &v1alpha1.KonnectivitySpec{NodePort: tt.konnNode, Agent: v1alpha1.KonnectivityAgentSpec{Port: tt.agentPort, APIPort: tt.apiPort}},
+		}}
+		_, warnings := Validate(cfg)
+		for prefix, want := range map[string]bool{"spec.konnectivity.agent.port:": tt.wantAgentPort, "spec.konnectivity.agent.apiPort:": tt.wantAPIPort} {
+			if got := slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, prefix) }); got != want {
+				t.Errorf("%s: warned about %s %v, want %v (%v)", tt.name, prefix, got, want, warnings)
+			}
+		}
+	}
+}
+
+// The agents read their kubeconfig once, at start: a change of where they
+// reach the apiservers changes their pod template, so that they roll.
+func TestKonnectivityAgentObjects_ANewKubeconfigRollsTheAgents(t *testing.T) {
+	hash := func(edit func(*v1alpha1.ApiServerConfigSpec)) string {
+		cfg := sample(t, "konnectivity")
+		edit(&cfg.Spec)
+		objects, err := KonnectivityAgentObjects(complete(t, cfg, Inputs{}), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objects {
+			if ds, ok := o.(*appsv1.DaemonSet); ok {
+				return ds.Spec.Template.Annotations[KonnectivityAgentKubeconfigHashAnnotation]
+			}
+		}
+		t.Fatal("the agents' manifests hold no DaemonSet")
+		return ""
+	}
+	same, before := hash(func(*v1alpha1.ApiServerConfigSpec) {}), hash(func(*v1alpha1.ApiServerConfigSpec) {})
+	after := hash(func(s *v1alpha1.ApiServerConfigSpec) { s.Konnectivity.Agent.APIPort = ptr.To[int32](6443) })
+	if before == "" || before != same || before == after {
+		t.Errorf("the agents' template hashes its kubeconfig as %q, %q again, %q for another apiPort: want one stable hash that changes with it", before, same, after)
 	}
 }

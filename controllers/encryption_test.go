@@ -286,7 +286,11 @@ func TestApiServerConfigReconciler_TurnsEncryptionOnWhereApiserversRun(t *testin
 		}
 		return nil
 	})
-	if c := encryptedStatus(t, cfg); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonReencrypting {
-		t.Errorf("Encrypted is %v while the key only decrypts", c)
-	}
+	// The pass writes status after the Secret: the condition follows.
+	eventually(t, 20*time.Second, "Encrypted says the values are not encrypted yet", func() error {
+		if c := encryptedStatus(t, cfg); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonReencrypting {
+			return fmt.Errorf("Encrypted is %v while the key only decrypts", c)
+		}
+		return nil
+	})
 }

@@ -60,6 +60,7 @@ func TestShortcuts_ChangeNoVerdict(t *testing.T) {
 			t.Fatalf("ADMISSION_FUZZ_SEED=%q: %v", v, err)
 		}
 	}
+	t.Logf("%d specs from seed %d (ADMISSION_FUZZ_SEED)", n, seed)
 	fast, exact := validatorpool.NewPool(validatorDir()), exactValidator(t)
 	t.Cleanup(fast.Close)
 	catalogs := bundledCatalogs(t)

@@ -180,6 +180,7 @@ type booted struct {
 	// with (bootReplica).
 	material apiserver.Material
 	admin    *pki.KeyPair
+	etcdUser string
 }
 
 // konnectivityServer is the konnectivity server as boot started it.
@@ -202,11 +203,12 @@ func boot(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 }
 
 // bootReplica runs another apiserver of the tenant first is: cfg is its
-// spec but for the ports, the material (PKI, encryption keys) is first's,
-// and podName is its pod's name (its konnectivity server's ID).
+// spec but for the ports, the material (PKI, encryption keys) and etcd
+// user are first's, and podName is its pod's name (its konnectivity
+// server's ID).
 func bootReplica(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, first *booted, podName string) *booted {
 	t.Helper()
-	return bootPod(t, dir, cfg, etcdCA, etcdClient, "", first, podName)
+	return bootPod(t, dir, cfg, etcdCA, etcdClient, first.etcdUser, first, podName)
 }
 
 func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, etcdUser string, first *booted, podName string) *booted {
@@ -370,7 +372,7 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, et
 	restConfig.QPS, restConfig.Burst = -1, 0
 	cs := must(kubernetes.NewForConfig(restConfig))
 	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed, args: rendered,
-		ca: ca, konnectivity: konnectivity, material: material, admin: admin}
+		ca: ca, konnectivity: konnectivity, material: material, admin: admin, etcdUser: etcdUser}
 }
 
 func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {

@@ -160,6 +160,8 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 	var agentKubeconfig *clientcmdapi.Config
 	for _, o := range must(apiserver.KonnectivityAgentObjects(b.c, "")) {
 		switch o := o.(type) {
+		case *corev1.Namespace:
+			must(cs.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{}))
 		case *corev1.ConfigMap:
 			agentKubeconfig = must(clientcmd.Load([]byte(o.Data[apiserver.KonnectivityAgentKubeconfigKey])))
 		case *corev1.ServiceAccount:
@@ -265,7 +267,7 @@ func (n *nodeBehind) waitForLeases(t testing.TB, holders ...string) {
 	t.Helper()
 	var held []string
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
-		leases, err := n.cs.CoordinationV1().Leases(apiserver.KonnectivityAgentNamespace).List(n.ctx, metav1.ListOptions{LabelSelector: apiserver.KonnectivityLeaseLabel})
+		leases, err := n.cs.CoordinationV1().Leases(apiserver.KonnectivityLeaseNamespace).List(n.ctx, metav1.ListOptions{LabelSelector: apiserver.KonnectivityLeaseLabel})
 		if err == nil {
 			held = held[:0]
 			for _, l := range leases.Items {
@@ -277,7 +279,7 @@ func (n *nodeBehind) waitForLeases(t testing.TB, holders ...string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the servers' Leases in %s are held by %q (%v), want %q", apiserver.KonnectivityAgentNamespace, held, err, holders)
+			t.Fatalf("the servers' Leases in %s are held by %q (%v), want %q", apiserver.KonnectivityLeaseNamespace, held, err, holders)
 		}
 	}
 }
