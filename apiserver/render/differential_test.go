@@ -58,14 +58,7 @@ func TestAdmission_AgreesWithKubeAPIServer(t *testing.T) {
 	for i, c := range catalogs {
 		gens[i] = newGenerator(c, catalogs)
 	}
-	seed := uint64(1)
-	if v := os.Getenv("ADMISSION_FUZZ_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("ADMISSION_FUZZ_SEED=%q: %v", v, err)
-		}
-	}
-	t.Logf("%d specs from seed %d (ADMISSION_FUZZ_SEED)", n, seed)
+	seed := fuzzSeed(t, n)
 
 	var admitted, refused atomic.Int64
 	var mu sync.Mutex
@@ -364,4 +357,20 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 		ObjectMeta: metav1.ObjectMeta{Name: "fuzz", Namespace: "fuzz"},
 		Spec:       s,
 	}
+}
+
+// fuzzSeed is ADMISSION_FUZZ_SEED, 1 when it is unset: which n specs the
+// random tests draw (CI sets it from the commit). It logs both, so that a
+// failing run can be drawn again.
+func fuzzSeed(t *testing.T, n int) uint64 {
+	t.Helper()
+	seed := uint64(1)
+	if v := os.Getenv("ADMISSION_FUZZ_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("ADMISSION_FUZZ_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("%d specs from seed %d (ADMISSION_FUZZ_SEED)", n, seed)
+	return seed
 }

@@ -53,14 +53,7 @@ func TestShortcuts_ChangeNoVerdict(t *testing.T) {
 			t.Fatalf("SHORTCUT_SPECS=%q: %v", v, err)
 		}
 	}
-	seed := uint64(1)
-	if v := os.Getenv("ADMISSION_FUZZ_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("ADMISSION_FUZZ_SEED=%q: %v", v, err)
-		}
-	}
-	t.Logf("%d specs from seed %d (ADMISSION_FUZZ_SEED)", n, seed)
+	seed := fuzzSeed(t, n)
 	fast, exact := validatorpool.NewPool(validatorDir()), exactValidator(t)
 	t.Cleanup(fast.Close)
 	catalogs := bundledCatalogs(t)
