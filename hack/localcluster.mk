@@ -32,11 +32,15 @@ IMAGES_DIR := $(LOCALBIN)/images
 KUBE_NODE_BINARIES := $(addprefix $(LOCALBIN)/,kube-controller-manager kube-scheduler kubelet kube-proxy)
 CONTAINERD_BINARIES := $(addprefix $(LOCALBIN)/,containerd containerd-shim-runc-v2 ctr)
 PAUSE := $(LOCALBIN)/pause
+# The workload of the tenant nodes' end-to-end tests (logs, exec,
+# port-forward); its tag is in test/e2e.
+NODEAPP := $(LOCALBIN)/nodeapp
+NODEAPP_IMAGE := localhost/apiserver-operator/nodeapp:local
 LOCALCLUSTER := $(LOCALBIN)/localcluster
 # One kube-apiserver image per bundled version, tagged with it.
 APISERVER_IMAGE_TARBALLS := $(foreach v,$(KUBE_VERSIONS),$(IMAGES_DIR)/kube-apiserver-$(v).tar)
 KONNECTIVITY_IMAGE_TARBALLS := $(IMAGES_DIR)/konnectivity-server.tar $(IMAGES_DIR)/konnectivity-agent.tar
-IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/operator.tar $(IMAGES_DIR)/etcd-dialer.tar \
+IMAGE_TARBALLS := $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/nodeapp.tar $(APISERVER_IMAGE_TARBALLS) $(IMAGES_DIR)/operator.tar $(IMAGES_DIR)/etcd-dialer.tar \
 	$(IMAGES_DIR)/kube-network-policies.tar $(KONNECTIVITY_IMAGE_TARBALLS)
 LOCALCLUSTER_BINARIES := $(KUBE_APISERVER) $(KUBE_APISERVERS) $(ETCD) $(KUBECTL) $(KUBE_NODE_BINARIES) $(CONTAINERD_BINARIES) $(VERSITYGW) $(METRICS_SERVER)
 LOCALCLUSTER_SOURCES := $(shell find test/localcluster -name '*.go' -not -path '*/tools/*' 2>/dev/null) go.mod go.sum
@@ -61,6 +65,9 @@ $(CONTAINERD_BINARIES): $(LOCALBIN)/%: $(LOCALCLUSTER_TOOLS_DEPS) | $(LOCALBIN)
 $(PAUSE): test/localcluster/pause/main.go | $(LOCALBIN)
 	$(BUNDLED_GOENV) go build -ldflags "-s -w" -o $@ ./test/localcluster/pause
 
+$(NODEAPP): test/localcluster/nodeapp/main.go | $(LOCALBIN)
+	$(BUNDLED_GOENV) go build -ldflags "-s -w" -o $@ ./test/localcluster/nodeapp
+
 $(LOCALCLUSTER): $(LOCALCLUSTER_SOURCES) | $(LOCALBIN)
 	go build -o $@ ./test/localcluster/cmd/localcluster
 
@@ -69,6 +76,9 @@ IMAGE_WRITER_SOURCES := test/localcluster/image/image.go
 
 $(IMAGES_DIR)/pause.tar: $(PAUSE) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/pause:local --file $(PAUSE):/pause --entrypoint /pause --output $@
+
+$(IMAGES_DIR)/nodeapp.tar: $(NODEAPP) $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
+	$(LOCALCLUSTER) image --tag $(NODEAPP_IMAGE) --file $(NODEAPP):/nodeapp --entrypoint /nodeapp --user 65532 --output $@
 
 $(APISERVER_IMAGE_TARBALLS): $(IMAGES_DIR)/kube-apiserver-%.tar: $(LOCALBIN)/kube-apiserver-% $(IMAGE_WRITER_SOURCES) | $(LOCALCLUSTER)
 	$(LOCALCLUSTER) image --tag localhost/apiserver-operator/kube-apiserver:$* \

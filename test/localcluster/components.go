@@ -183,7 +183,7 @@ func (l layout) kubelet() component {
 		"--config=" + filepath.Join(l.configDir(), "kubelet.yaml"),
 		"--kubeconfig=" + l.kubeconfig(compKubelet),
 		"--root-dir=" + filepath.Join(l.dataDir(), compKubelet),
-		"--hostname-override=" + NodeName,
+		"--hostname-override=" + l.nodeName,
 		"--node-ip=" + l.NodeIP,
 	}}
 }

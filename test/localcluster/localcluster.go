@@ -349,6 +349,10 @@ func Down(ctx context.Context, dir string) error {
 		l = newLayout(st.Options.withDefaults())
 	}
 	var errs []error
+	// Tenant nodes first: their network hangs on the cluster node's.
+	if err := l.downTenantNodes(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	// Stop kubelet first, so that it restarts nothing, then the pods'
 	// processes, then the rest.
 	comps := l.componentsByName()
