@@ -105,7 +105,11 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 	if o.ConfigMap, err = desiredConfigMap(c, env.OIDCCA); err != nil {
 		return nil, err
 	}
-	if o.KonnectivityAgent, err = desiredKonnectivityAgentConfigMap(c, env.KonnectivityAgentImage); err != nil {
+	var konnectivityCA []byte
+	if kp := m.PKI.KonnectivityCA; kp != nil {
+		konnectivityCA = kp.CertPEM()
+	}
+	if o.KonnectivityAgent, err = desiredKonnectivityAgentConfigMap(c, konnectivityCA, env.KonnectivityAgentImage); err != nil {
 		return nil, err
 	}
 	if o.Secrets, err = desiredPKISecrets(c, m.PKI); err != nil {

@@ -170,6 +170,12 @@ func managedFlags(c *Completed) []managedFlag {
 	if usesAdmissionConfig(c) {
 		add("admission-control-config-file", "spec.admission.eventRateLimit", AdmissionConfigFile)
 	}
+	if usesKonnectivity(c) {
+		// The konnectivity agents' name: a certificate of the
+		// konnectivity CA, which kube-apiserver reloads from its files as
+		// it does its serving certificate.
+		add("tls-sni-cert-key", "spec.konnectivity", KonnectivityAPIServerCertFile+","+KonnectivityAPIServerKeyFile+":"+KonnectivityAgentServerName)
+	}
 	if len(s.Admission.DisablePlugins) > 0 {
 		disabled := slices.Sorted(slices.Values(s.Admission.DisablePlugins))
 		add("disable-admission-plugins", "spec.admission.disablePlugins", strings.Join(disabled, ","))

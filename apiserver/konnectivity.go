@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"net"
 	"path"
 	"slices"
@@ -121,6 +122,11 @@ const (
 	KonnectivityClientKeyFile  = KonnectivityServerDir + "/client.key"
 	KonnectivityCAFile         = KonnectivityServerDir + "/ca.crt"
 	KonnectivityKubeconfigFile = KonnectivityServerDir + "/kubeconfig"
+
+	// kube-apiserver's certificate for KonnectivityAgentServerName, in
+	// its own PKI directory.
+	KonnectivityAPIServerCertFile = PKIDir + "/konnectivity-apiserver.crt"
+	KonnectivityAPIServerKeyFile  = PKIDir + "/konnectivity-apiserver.key"
 )
 
 // KonnectivityServerSecretName is the Secret of the server's certificate
@@ -131,11 +137,45 @@ const (
 func KonnectivityServerSecretName(name string) string { return name + "-konnectivity-server" }
 func KonnectivityClientSecretName(name string) string { return name + "-konnectivity-client" }
 
+// KonnectivityCASecretName is the Secret of the konnectivity CA, the one
+// CA the agents trust: it signs the server's certificate for the agents
+// and kube-apiserver's certificate for KonnectivityAgentServerName, and
+// nothing else. The cluster CA's rotation leaves it alone, so that the
+// agents, which read their CA once, keep their tunnels through one.
+// KonnectivityAPIServerSecretName is the Secret of kube-apiserver's
+// certificate for the agents.
+func KonnectivityCASecretName(name string) string        { return name + "-konnectivity-ca" }
+func KonnectivityAPIServerSecretName(name string) string { return name + "-konnectivity-apiserver" }
+
 // KonnectivitySecretNames are the Secrets only a tenant with
 // spec.konnectivity has: the controller deletes them once its pods run
 // without the server.
 func KonnectivitySecretNames(name string) []string {
-	return []string{KonnectivityServerSecretName(name), KonnectivityClientSecretName(name)}
+	return []string{KonnectivityServerSecretName(name), KonnectivityClientSecretName(name),
+		KonnectivityAPIServerSecretName(name), KonnectivityCASecretName(name)}
+}
+
+// KonnectivityAgentServerName is the name the agents ask kube-apiserver
+// for (TLS server name indication) when they list the servers' Leases:
+// kube-apiserver answers it with a certificate of the konnectivity CA
+// (--tls-sni-cert-key), its other names with its serving certificate of
+// the cluster CA. A name under .invalid (RFC 6761), which no resolver
+// answers: the agents dial an address, and only send the name.
+const KonnectivityAgentServerName = "apiserver.konnectivity.invalid"
+
+// KonnectivityCACommonName is the konnectivity CA's subject.
+const KonnectivityCACommonName = "konnectivity-ca"
+
+// KonnectivityServingCertConfig is the server's certificate for the
+// agents, for the apiservers' SANs (the agents dial the Service), and
+// KonnectivityAPIServerCertConfig kube-apiserver's for
+// KonnectivityAgentServerName; the konnectivity CA signs both.
+func KonnectivityServingCertConfig(c *Completed) pki.CertConfig {
+	return pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs)
+}
+
+func KonnectivityAPIServerCertConfig() pki.CertConfig {
+	return pki.ServingCertConfig([]string{KonnectivityAgentServerName}, nil)
 }
 
 // usesKonnectivity says whether c's pods run the konnectivity server.
@@ -291,7 +331,9 @@ const podNameEnv = "POD_NAME"
 // validateKonnectivity refuses what would leave the konnectivity server
 // unable to review agents' tokens: it calls its apiserver at 127.0.0.1, so
 // kube-apiserver must listen there (--bind-address all addresses, or
-// 127.0.0.1).
+// 127.0.0.1). It refuses a user's --tls-sni-cert-key, which the operator
+// manages with spec.konnectivity (and only then: ManagedFlagFields does
+// not list it).
 // It warns when the agents dial a name the serving certificate may not
 // carry, or a node port that is not known yet.
 func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Path, warnings *[]string) field.ErrorList {
@@ -316,12 +358,15 @@ func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Pa
 	}
 	var errs field.ErrorList
 	for i, a := range spec.ExtraArgs {
-		if a.Name != "bind-address" {
-			continue
-		}
-		if ip := net.ParseIP(a.Value); ip == nil || !ip.IsUnspecified() && !ip.Equal(net.IPv4(127, 0, 0, 1)) {
-			errs = append(errs, field.Invalid(specPath.Child("extraArgs").Index(i).Child("value"), a.Value,
-				"with spec.konnectivity, the konnectivity server reviews the agents' tokens with its apiserver at 127.0.0.1: bind-address must be 0.0.0.0, :: or 127.0.0.1"))
+		switch a.Name {
+		case "bind-address":
+			if ip := net.ParseIP(a.Value); ip == nil || !ip.IsUnspecified() && !ip.Equal(net.IPv4(127, 0, 0, 1)) {
+				errs = append(errs, field.Invalid(specPath.Child("extraArgs").Index(i).Child("value"), a.Value,
+					"with spec.konnectivity, the konnectivity server reviews the agents' tokens with its apiserver at 127.0.0.1: bind-address must be 0.0.0.0, :: or 127.0.0.1"))
+			}
+		case "tls-sni-cert-key":
+			errs = append(errs, field.Forbidden(specPath.Child("extraArgs").Index(i).Child("name"), fmt.Sprintf(
+				"--tls-sni-cert-key is managed by the operator with spec.konnectivity (kube-apiserver's certificate for the agents, for %s)", KonnectivityAgentServerName)))
 		}
 	}
 	return errs
@@ -340,19 +385,21 @@ const (
 	// not a credential).
 	konnectivityAgentTokenDir  = "/var/run/secrets/tokens"  //nolint:gosec // G101: a path.
 	konnectivityAgentTokenFile = "konnectivity-agent-token" //nolint:gosec // G101: a file name.
-	// konnectivityAgentCAFile is the tenant's CA bundle (kube-root-ca.crt)
-	// and konnectivityAgentAPITokenFile the agent's token for its
-	// apiservers, where a pod's automounted ones would be.
-	konnectivityAgentCAFile       = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	// konnectivityAgentAPITokenFile is the agent's token for its
+	// apiservers, where a pod's automounted one would be.
 	konnectivityAgentAPITokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token" //nolint:gosec // G101: a path.
 	// KonnectivityAgentKubeconfigKey is the agents' kubeconfig in their
-	// ConfigMap in the tenant (kube-system/konnectivity-agent), mounted at
-	// konnectivityAgentKubeconfigDir.
+	// ConfigMap in the tenant (kube-system/konnectivity-agent), and
+	// KonnectivityAgentCAKey the konnectivity CA beside it, the one CA
+	// the agents trust (the servers and, by KonnectivityAgentServerName,
+	// the apiservers): both mounted at konnectivityAgentConfigDir.
 	KonnectivityAgentKubeconfigKey = "kubeconfig"
+	KonnectivityAgentCAKey         = "ca.crt"
 	// KonnectivityAgentKubeconfigHashAnnotation on the agents' pod
-	// template is a hash of that kubeconfig.
+	// template is a hash of that ConfigMap, kubeconfig and CA.
 	KonnectivityAgentKubeconfigHashAnnotation = "apiserver-operator.dev/kubeconfig-hash"
-	konnectivityAgentKubeconfigDir            = "/etc/konnectivity-agent"
+	konnectivityAgentConfigDir                = "/etc/konnectivity-agent"
+	konnectivityAgentCAFile                   = konnectivityAgentConfigDir + "/" + KonnectivityAgentCAKey
 )
 
 // KonnectivityAgentConfigMapName is the ConfigMap of the agents'
@@ -373,14 +420,18 @@ func konnectivityAgentEndpoint(c *Completed) (host string, port, apiPort int32) 
 
 // konnectivityAgentKubeconfig is the agents' kubeconfig (in the
 // tenant's ConfigMap kube-system/konnectivity-agent): the tenant's
-// apiservers where the node reaches them, with the automounted token and
-// CA bundle of the agents' service account.
+// apiservers where the node reaches them, asked for
+// KonnectivityAgentServerName and verified with the konnectivity CA
+// beside it (not the tenant's CA bundle, which a CA rotation changes
+// under agents that read it once), with a bound token of the agents'
+// service account.
 func konnectivityAgentKubeconfig(c *Completed) ([]byte, error) {
 	host, _, apiPort := konnectivityAgentEndpoint(c)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["tenant"] = &clientcmdapi.Cluster{
 		Server:               "https://" + net.JoinHostPort(host, strconv.Itoa(int(apiPort))),
 		CertificateAuthority: konnectivityAgentCAFile,
+		TLSServerName:        KonnectivityAgentServerName,
 	}
 	// client-go reads the file again as kubelet renews the token.
 	kc.AuthInfos[KonnectivityAgentServiceAccount] = &clientcmdapi.AuthInfo{TokenFile: konnectivityAgentAPITokenFile}
@@ -395,17 +446,21 @@ func konnectivityAgentKubeconfig(c *Completed) ([]byte, error) {
 
 // KonnectivityAgentObjects are what the tenant runs for the agents: the
 // right of the servers' user to review tokens, the servers' and agents'
-// rights on the servers' Leases, the agents' service account and
-// kubeconfig, and a DaemonSet of agents (one per node, so that a node's own
-// agent carries its traffic), each dialing every server through the
-// Service with a bound token of that account.
-func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, error) {
+// rights on the servers' Leases, the agents' service account, kubeconfig
+// and CA (ca, the konnectivity CA's PEM), and a DaemonSet of agents (one
+// per node, so that a node's own agent carries its traffic), each dialing
+// every server through the Service with a bound token of that account.
+func KonnectivityAgentObjects(c *Completed, ca []byte, image string) ([]runtime.Object, error) {
 	k := c.Spec.Konnectivity
+	if len(ca) == 0 {
+		return nil, fmt.Errorf("writing the konnectivity agents' manifests: no konnectivity CA given")
+	}
 	host, port, _ := konnectivityAgentEndpoint(c)
 	kubeconfig, err := konnectivityAgentKubeconfig(c)
 	if err != nil {
 		return nil, err
 	}
+	agentConfig := map[string]string{KonnectivityAgentKubeconfigKey: string(kubeconfig), KonnectivityAgentCAKey: string(ca)}
 	labels := map[string]string{"k8s-app": KonnectivityAgentServiceAccount}
 	meta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: KonnectivityAgentNamespace, Labels: labels}
@@ -473,17 +528,18 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("10%"))},
 			},
 			Template: corev1.PodTemplateSpec{
-				// The agents read their kubeconfig once: a new one rolls them.
+				// The agents read their kubeconfig and CA once: a new
+				// one rolls them.
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
-					KonnectivityAgentKubeconfigHashAnnotation: fmt.Sprintf("%x", sha256.Sum256(kubeconfig))[:16],
+					KonnectivityAgentKubeconfigHashAnnotation: configHash(agentConfig),
 				}},
 				Spec: corev1.PodSpec{
 					// Two bound tokens of the account, an hour each:
-					// one for the tenant's apiservers (with the tenant's
-					// CA bundle, which verifies the servers too), which
-					// reads the servers' Leases, the other for the
-					// servers only. None for a year, as an automounted
-					// token may be (extended expiration).
+					// one for the tenant's apiservers, which reads the
+					// servers' Leases, the other for the servers only.
+					// None for a year, as an automounted token may be
+					// (extended expiration). No kube-root-ca.crt: the
+					// konnectivity CA verifies both.
 					ServiceAccountName:           KonnectivityAgentServiceAccount,
 					AutomountServiceAccountToken: ptr.To(false),
 					PriorityClassName:            "system-node-critical",
@@ -518,12 +574,12 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 							// A tunnel to every server whose Lease is
 							// live: the tenant's apiservers tell how many
 							// there are (reached as the node reaches
-							// them, with the automounted token).
+							// them, with the bound token below).
 							"--count-server-leases=true",
 							// Servers of an earlier operator send their
 							// count (masterCount): the larger one wins.
 							"--server-count-source=max",
-							"--kubeconfig=" + konnectivityAgentKubeconfigDir + "/" + KonnectivityAgentKubeconfigKey,
+							"--kubeconfig=" + konnectivityAgentConfigDir + "/" + KonnectivityAgentKubeconfigKey,
 							"--lease-namespace=" + KonnectivityLeaseNamespace,
 							"--lease-label=" + KonnectivityLeaseLabel,
 						},
@@ -541,7 +597,7 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 						ReadinessProbe: probe("/readyz"),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "token", MountPath: konnectivityAgentTokenDir, ReadOnly: true},
-							{Name: "kubeconfig", MountPath: konnectivityAgentKubeconfigDir, ReadOnly: true},
+							{Name: "kubeconfig", MountPath: konnectivityAgentConfigDir, ReadOnly: true},
 							{Name: "kube-api", MountPath: path.Dir(konnectivityAgentAPITokenFile), ReadOnly: true},
 						},
 						SecurityContext: &corev1.SecurityContext{
@@ -561,10 +617,6 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 							{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
 								Path: path.Base(konnectivityAgentAPITokenFile), ExpirationSeconds: ptr.To(int64(KonnectivityAgentTokenLifetime.Seconds())),
 							}},
-							{ConfigMap: &corev1.ConfigMapProjection{
-								LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
-								Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: path.Base(konnectivityAgentCAFile)}},
-							}},
 						}}}},
 					},
 				},
@@ -574,7 +626,7 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 	kubeconfigMap := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: KindConfigMap},
 		ObjectMeta: meta(KonnectivityAgentServiceAccount),
-		Data:       map[string]string{KonnectivityAgentKubeconfigKey: string(kubeconfig)},
+		Data:       agentConfig,
 	}
 	return []runtime.Object{
 		binding,
@@ -589,20 +641,37 @@ func KonnectivityAgentObjects(c *Completed, image string) ([]runtime.Object, err
 	}, nil
 }
 
-// desiredKonnectivityAgentConfigMap publishes KonnectivityAgentObjects as
-// one YAML stream for the platform to apply in the tenant (kubectl apply
-// -f, a GitOps repository of the tenant); nil without spec.konnectivity.
-func desiredKonnectivityAgentConfigMap(c *Completed, image string) (*corev1.ConfigMap, error) {
+// configHash is a short hash of a ConfigMap's data, key by key.
+func configHash(data map[string]string) string {
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		// Lengths first: no two maps hash the same bytes. A hash's
+		// Write never fails.
+		_, _ = fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(data[k]), data[k])
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))[:16]
+}
+
+// desiredKonnectivityAgentConfigMap publishes KonnectivityAgentObjects,
+// for the konnectivity CA ca, for the platform to apply in the tenant;
+// nil without spec.konnectivity.
+func desiredKonnectivityAgentConfigMap(c *Completed, ca []byte, image string) (*corev1.ConfigMap, error) {
 	if !usesKonnectivity(c) {
 		return nil, nil
 	}
-	var stream bytes.Buffer
-	objects, err := KonnectivityAgentObjects(c, image)
+	objects, err := KonnectivityAgentObjects(c, ca, image)
 	if err != nil {
 		return nil, err
 	}
+	return KonnectivityAgentConfigMap(c, objects)
+}
+
+// KonnectivityAgentConfigMap publishes the agents' objects as one YAML
+// stream (kubectl apply -f, a GitOps repository of the tenant), as
+// applied: no status, no creation timestamps.
+func KonnectivityAgentConfigMap(c *Completed, objects []runtime.Object) (*corev1.ConfigMap, error) {
+	var stream bytes.Buffer
 	for _, o := range objects {
-		// As applied: no status, no creation timestamps.
 		u, err := ApplyForm(o)
 		if err != nil {
 			return nil, fmt.Errorf("writing the konnectivity agent's manifests: %w", err)

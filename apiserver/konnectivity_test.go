@@ -1,11 +1,14 @@
 package apiserver
 
 import (
+	"crypto/x509"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 )
 
 // TestKonnectivityVersion_IsTheOneBuilt: the images the operator renders
@@ -159,9 +163,12 @@ func TestKonnectivityAgentKubeconfig_ReachesTheApiserversWhereTheNodesDo(t *test
 				t.Errorf("the agents' kubeconfig names %s, want %s", cluster.Server, tt.want)
 			}
 			if user := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo]; user.TokenFile != konnectivityAgentAPITokenFile || cluster.CertificateAuthority != konnectivityAgentCAFile {
-				t.Errorf("the agents' kubeconfig reads %s and %s, want the automounted token and CA bundle", user.TokenFile, cluster.CertificateAuthority)
+				t.Errorf("the agents' kubeconfig reads %s and %s, want the bound token and the konnectivity CA", user.TokenFile, cluster.CertificateAuthority)
 			}
-			objects, err := KonnectivityAgentObjects(complete(t, cfg, Inputs{}), "")
+			if cluster.TLSServerName != KonnectivityAgentServerName {
+				t.Errorf("the agents ask the apiservers for %q, want %s, which they answer with a certificate of the konnectivity CA", cluster.TLSServerName, KonnectivityAgentServerName)
+			}
+			objects, err := KonnectivityAgentObjects(complete(t, cfg, Inputs{}), testKonnectivityCA, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,13 +217,14 @@ func TestValidate_WarnsWhenTheAgentsWouldDialAnAllocatedNodePort(t *testing.T) {
 	}
 }
 
-// The agents read their kubeconfig once, at start: a change of where they
-// reach the apiservers changes their pod template, so that they roll.
-func TestKonnectivityAgentObjects_ANewKubeconfigRollsTheAgents(t *testing.T) {
-	hash := func(edit func(*v1alpha1.ApiServerConfigSpec)) string {
+// The agents read their kubeconfig and CA once, at start: a change of
+// where they reach the apiservers, or of the konnectivity CA, changes
+// their pod template, so that they roll.
+func TestKonnectivityAgentObjects_ANewKubeconfigOrCARollsTheAgents(t *testing.T) {
+	hashOf := func(ca []byte, edit func(*v1alpha1.ApiServerConfigSpec)) string {
 		cfg := sample(t, "konnectivity")
 		edit(&cfg.Spec)
-		objects, err := KonnectivityAgentObjects(complete(t, cfg, Inputs{}), "")
+		objects, err := KonnectivityAgentObjects(complete(t, cfg, Inputs{}), ca, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,9 +236,274 @@ func TestKonnectivityAgentObjects_ANewKubeconfigRollsTheAgents(t *testing.T) {
 		t.Fatal("the agents' manifests hold no DaemonSet")
 		return ""
 	}
+	hash := func(edit func(*v1alpha1.ApiServerConfigSpec)) string { return hashOf(testKonnectivityCA, edit) }
 	same, before := hash(func(*v1alpha1.ApiServerConfigSpec) {}), hash(func(*v1alpha1.ApiServerConfigSpec) {})
 	after := hash(func(s *v1alpha1.ApiServerConfigSpec) { s.Konnectivity.Agent.APIPort = ptr.To[int32](6443) })
 	if before == "" || before != same || before == after {
 		t.Errorf("the agents' template hashes its kubeconfig as %q, %q again, %q for another apiPort: want one stable hash that changes with it", before, same, after)
+	}
+	if newCA := hashOf([]byte("another konnectivity CA\n"), func(*v1alpha1.ApiServerConfigSpec) {}); newCA == before {
+		t.Errorf("the agents' template hashes to %q with another konnectivity CA too: the agents would keep trusting the old one", newCA)
+	}
+}
+
+// testKonnectivityCA stands for the konnectivity CA where only its bytes
+// matter (the golden files, the agents' hash).
+var testKonnectivityCA = []byte("-----BEGIN CERTIFICATE-----\nthe konnectivity CA\n-----END CERTIFICATE-----\n")
+
+// konnectivityPKI is the PKI of a tenant with spec.konnectivity whose
+// cluster CA ca signs and whose clients trust bundle, with the
+// konnectivity CA konnectivity.
+func konnectivityPKI(c *Completed, ca *pki.KeyPair, bundle []byte, konnectivity *pki.KeyPair) Material {
+	now := time.Now()
+	alg := c.Spec.Certificates.KeyAlgorithm
+	issue := func(signer *pki.KeyPair, cfg pki.CertConfig) *pki.KeyPair {
+		return must(pki.NewSignedCert(signer, cfg, alg, time.Hour, now))
+	}
+	fpCA := must(pki.NewSelfSignedCA("front-proxy-ca", alg, 24*time.Hour, now))
+	sa := must(pki.NewServiceAccountKey(alg))
+	admin := issue(ca, pki.AdminCertConfig())
+	return Material{PKI: PKISecrets{
+		CA: ca, CABundle: bundle,
+		Serving:       issue(ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs)),
+		KubeletClient: issue(ca, pki.KubeletClientCertConfig()),
+		FrontProxyCA:  fpCA, FrontProxyCABundle: pki.TrustBundle(now, fpCA.Cert()),
+		FrontProxyClient:         issue(fpCA, pki.FrontProxyClientCertConfig()),
+		ServiceAccountSigningKey: must(sa.PrivateKeyPEM()),
+		ServiceAccountPublicKeys: must(pki.PublicKeysPEM(sa.Public())),
+		AdminKubeconfig:          must(pki.AdminKubeconfig(c.Name, c.Endpoint, bundle, admin.CertPEM(), must(admin.KeyPEM()))),
+		KonnectivityCA:           konnectivity,
+		KonnectivityServing:      issue(konnectivity, KonnectivityServingCertConfig(c)),
+		KonnectivityAPIServer:    issue(konnectivity, KonnectivityAPIServerCertConfig()),
+		KonnectivityClient:       issue(ca, KonnectivityServerCertConfig()),
+	}}
+}
+
+func newTestCA(t *testing.T, c *Completed, name string) *pki.KeyPair {
+	t.Helper()
+	return must(pki.NewSelfSignedCA(name, c.Spec.Certificates.KeyAlgorithm, 24*time.Hour, time.Now()))
+}
+
+// What the agents see of a tenant depends on the konnectivity CA alone:
+// through every phase of a rotation of the cluster CA (both trusted, the
+// new one signing, the old one gone), the manifests published for them,
+// their ConfigMap with its CA included, stay byte for byte what they were,
+// so that no agent rolls or loses trust in its servers; and the server's
+// certificate for them is the konnectivity CA's.
+func TestDesired_KonnectivityAgentsSeeNothingOfAClusterCARotation(t *testing.T) {
+	c := complete(t, sample(t, "konnectivity"), Inputs{})
+	konnectivity := newTestCA(t, c, KonnectivityCACommonName)
+	oldCA, newCA := newTestCA(t, c, "kubernetes"), newTestCA(t, c, "kubernetes")
+	now := time.Now()
+	render := func(m Material) *Objects {
+		t.Helper()
+		o, err := Desired(c, m, Environment{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	before := render(konnectivityPKI(c, oldCA, pki.TrustBundle(now, oldCA.Cert()), konnectivity))
+	if before.KonnectivityAgent == nil {
+		t.Fatal("a tenant with spec.konnectivity publishes no agents' manifests")
+	}
+	if !strings.Contains(before.KonnectivityAgent.Data[KonnectivityAgentManifestsKey], strings.TrimSpace(strings.SplitN(string(konnectivity.CertPEM()), "\n", 3)[1])) {
+		t.Error("the agents' manifests do not carry the konnectivity CA")
+	}
+	for phase, m := range map[string]Material{
+		"TrustNew":    konnectivityPKI(c, oldCA, pki.TrustBundle(now, oldCA.Cert(), newCA.Cert()), konnectivity),
+		"SignWithNew": konnectivityPKI(c, newCA, pki.TrustBundle(now, newCA.Cert(), oldCA.Cert()), konnectivity),
+		"Stable":      konnectivityPKI(c, newCA, pki.TrustBundle(now, newCA.Cert()), konnectivity),
+	} {
+		after := render(m)
+		if diff := cmp.Diff(before.KonnectivityAgent.Data, after.KonnectivityAgent.Data); diff != "" {
+			t.Errorf("%s: the agents' manifests changed with the cluster CA (-before +after):\n%s", phase, diff)
+		}
+		for _, s := range after.Secrets {
+			if s.Name != KonnectivityServerSecretName(c.Name) && s.Name != KonnectivityAPIServerSecretName(c.Name) {
+				continue
+			}
+			roots := x509.NewCertPool()
+			roots.AddCert(konnectivity.Cert())
+			cert := must(pki.ParseKeyPair(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])).Cert()
+			if _, err := cert.Verify(x509.VerifyOptions{Roots: roots}); err != nil {
+				t.Errorf("%s: Secret %s holds a certificate the agents cannot verify with the konnectivity CA: %v", phase, s.Name, err)
+			}
+		}
+	}
+	// A new konnectivity CA is what the agents must see: their manifests
+	// change, and their template with them.
+	other := render(konnectivityPKI(c, oldCA, pki.TrustBundle(now, oldCA.Cert()), newTestCA(t, c, KonnectivityCACommonName)))
+	if other.KonnectivityAgent.Data[KonnectivityAgentManifestsKey] == before.KonnectivityAgent.Data[KonnectivityAgentManifestsKey] {
+		t.Error("the agents' manifests are the same for another konnectivity CA")
+	}
+}
+
+// kube-apiserver answers the agents' server name with its certificate of
+// the konnectivity CA (--tls-sni-cert-key, from a Secret of the operator's
+// in its PKI directory), which it re-reads: renewing it rolls no pod. A
+// tenant without spec.konnectivity has neither the flag nor the Secret.
+func TestDesired_KonnectivityAPIServerAnswersTheAgentsName(t *testing.T) {
+	c := complete(t, sample(t, "konnectivity"), Inputs{})
+	konnectivity, ca := newTestCA(t, c, KonnectivityCACommonName), newTestCA(t, c, "kubernetes")
+	bundle := pki.TrustBundle(time.Now(), ca.Cert())
+	o, err := Desired(c, konnectivityPKI(c, ca, bundle, konnectivity), Environment{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sni []string
+	for _, a := range o.Args {
+		if v, ok := strings.CutPrefix(a, "--tls-sni-cert-key="); ok {
+			sni = append(sni, v)
+		}
+	}
+	want := KonnectivityAPIServerCertFile + "," + KonnectivityAPIServerKeyFile + ":" + KonnectivityAgentServerName
+	if len(sni) != 1 || sni[0] != want {
+		t.Fatalf("kube-apiserver runs with --tls-sni-cert-key=%q, want %q", sni, want)
+	}
+	files := o.PodFiles(c, nil)
+	kp, err := pki.ParseKeyPair(files[KonnectivityAPIServerCertFile], files[KonnectivityAPIServerKeyFile])
+	if err != nil {
+		t.Fatalf("the pods' files at --tls-sni-cert-key are no key pair: %v", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(konnectivity.Cert())
+	if _, err := kp.Cert().Verify(x509.VerifyOptions{Roots: roots, DNSName: KonnectivityAgentServerName}); err != nil {
+		t.Errorf("kube-apiserver's certificate for the agents does not verify with the konnectivity CA for %s: %v", KonnectivityAgentServerName, err)
+	}
+	mounted := false
+	for _, v := range o.Deployment.Spec.Template.Spec.Volumes {
+		if v.Name != "pki" {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			mounted = mounted || src.Secret != nil && src.Secret.Name == KonnectivityAPIServerSecretName(c.Name)
+		}
+	}
+	if !mounted {
+		t.Errorf("kube-apiserver's PKI volume does not carry Secret %s", KonnectivityAPIServerSecretName(c.Name))
+	}
+	// The same material but for that certificate, renewed.
+	m := konnectivityPKI(c, ca, bundle, konnectivity)
+	first := must(Desired(c, m, Environment{}))
+	m.PKI.KonnectivityAPIServer = must(pki.NewSignedCert(konnectivity, KonnectivityAPIServerCertConfig(), c.Spec.Certificates.KeyAlgorithm, time.Hour, time.Now()))
+	second := must(Desired(c, m, Environment{}))
+	if a, b := first.Deployment.Spec.Template.Annotations[ConfigHashAnnotation], second.Deployment.Spec.Template.Annotations[ConfigHashAnnotation]; a != b {
+		t.Error("renewing kube-apiserver's certificate for the agents rolls the pods; kube-apiserver re-reads it")
+	}
+
+	without := complete(t, sample(t, "minimal"), Inputs{})
+	args, err := Args(without)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--tls-sni-cert-key=") }) {
+		t.Error("a tenant without spec.konnectivity runs with --tls-sni-cert-key")
+	}
+	for _, o := range MountedObjects(without) {
+		if slices.Contains(KonnectivitySecretNames(without.Name), o.Name) {
+			t.Errorf("a tenant without spec.konnectivity mounts %s", o.Name)
+		}
+	}
+}
+
+// The published agents trust the konnectivity CA of their ConfigMap
+// only: --ca-cert and their kubeconfig name the file of that key where
+// the ConfigMap is mounted, and no volume projects the tenant's CA
+// bundle (kube-root-ca.crt); the bound token for the apiservers stays.
+func TestKonnectivityAgentObjects_TrustOnlyTheKonnectivityCA(t *testing.T) {
+	objects, err := KonnectivityAgentObjects(complete(t, sample(t, "konnectivity"), Inputs{}), testKonnectivityCA, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm *corev1.ConfigMap
+	var ds *appsv1.DaemonSet
+	for _, o := range objects {
+		switch o := o.(type) {
+		case *corev1.ConfigMap:
+			cm = o
+		case *appsv1.DaemonSet:
+			ds = o
+		}
+	}
+	if cm == nil || ds == nil {
+		t.Fatalf("the agents' manifests hold ConfigMap %v and DaemonSet %v", cm != nil, ds != nil)
+	}
+	if cm.Name != KonnectivityAgentServiceAccount || cm.Namespace != KonnectivityAgentNamespace || cm.Data[KonnectivityAgentCAKey] != string(testKonnectivityCA) {
+		t.Fatalf("ConfigMap %s/%s carries %q as %s, want the konnectivity CA in %s/%s", cm.Namespace, cm.Name, cm.Data[KonnectivityAgentCAKey], KonnectivityAgentCAKey,
+			KonnectivityAgentNamespace, KonnectivityAgentServiceAccount)
+	}
+	pod := ds.Spec.Template.Spec
+	// Where the ConfigMap's keys land in the agent's container.
+	files := map[string]string{}
+	for _, v := range pod.Volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name == cm.Name {
+			for _, m := range pod.Containers[0].VolumeMounts {
+				if m.Name == v.Name {
+					for key, value := range cm.Data {
+						files[m.MountPath+"/"+key] = value
+					}
+				}
+			}
+		}
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ConfigMap != nil || src.Secret != nil {
+					t.Errorf("volume %s projects %+v: the agents need nothing of the tenant's but their tokens", v.Name, src)
+				}
+			}
+		}
+	}
+	caCert := ""
+	for _, a := range pod.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--ca-cert="); ok {
+			caCert = v
+		}
+	}
+	if files[caCert] != string(testKonnectivityCA) {
+		t.Errorf("the agents verify the servers with --ca-cert=%s, which is not the konnectivity CA of their ConfigMap (mounted: %v)", caCert, slices.Sorted(maps.Keys(files)))
+	}
+	kc, err := clientcmd.Load([]byte(cm.Data[KonnectivityAgentKubeconfigKey]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cluster := kc.Clusters[kc.Contexts[kc.CurrentContext].Cluster]; files[cluster.CertificateAuthority] != string(testKonnectivityCA) || cluster.TLSServerName != KonnectivityAgentServerName {
+		t.Errorf("the agents' kubeconfig verifies the apiservers with %s as %q, want the konnectivity CA of their ConfigMap as %s", cluster.CertificateAuthority, cluster.TLSServerName, KonnectivityAgentServerName)
+	}
+	if files[konnectivityAgentConfigDir+"/"+KonnectivityAgentKubeconfigKey] == "" {
+		t.Error("the agents' kubeconfig is not mounted where --kubeconfig names it")
+	}
+	tokens := 0
+	for _, v := range pod.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil {
+					tokens++
+				}
+			}
+		}
+	}
+	if tokens != 2 {
+		t.Errorf("the agents get %d bound tokens, want 2 (the servers', the apiservers')", tokens)
+	}
+}
+
+// With spec.konnectivity, --tls-sni-cert-key is the operator's: a user's
+// is refused at the field; without it, the flag is the user's.
+func TestValidate_KonnectivityOwnsTheSNICertificates(t *testing.T) {
+	for _, konnectivity := range []bool{true, false} {
+		cfg := &v1alpha1.ApiServerConfig{Spec: v1alpha1.ApiServerConfigSpec{
+			Etcd:      v1alpha1.EtcdSpec{Servers: []string{"https://etcd:2379"}},
+			Serving:   v1alpha1.ServingSpec{ExternalHostname: "edge.example.com"},
+			ExtraArgs: []v1alpha1.ExtraArg{{Name: "tls-sni-cert-key", Value: "/etc/kubernetes/pki/apiserver.crt,/etc/kubernetes/pki/apiserver.key:x.example.com"}},
+		}}
+		if konnectivity {
+			cfg.Spec.Konnectivity = &v1alpha1.KonnectivitySpec{}
+		}
+		errs, _ := Validate(cfg)
+		refused := slices.ContainsFunc(errs, func(e *field.Error) bool { return e.Field == "spec.extraArgs[0].name" })
+		if refused != konnectivity {
+			t.Errorf("a user's --tls-sni-cert-key with konnectivity %v: refused %v, want %v (%v)", konnectivity, refused, konnectivity, errs)
+		}
 	}
 }

@@ -114,6 +114,13 @@ func MountedObjects(c *Completed) []MountedObject {
 			Files: []MountedFile{file("kubeconfig", AuthorizationWebhookKubeconfigFile)}})
 	}
 	if usesKonnectivity(c) {
+		// kube-apiserver's certificate for the agents
+		// (--tls-sni-cert-key): upstream's SNI certificates are
+		// dynamiccertificates.NewDynamicSNIContentFromFiles, whose
+		// controller watches the files and reads them again at least
+		// every minute, as for the serving certificate.
+		out = append(out, secret(KonnectivityAPIServerSecretName(n), true,
+			reloaded(corev1.TLSCertKey, KonnectivityAPIServerCertFile), reloaded(corev1.TLSPrivateKeyKey, KonnectivityAPIServerKeyFile)))
 		// The konnectivity server reads its files only at start.
 		in := func(kind, name string, files ...MountedFile) MountedObject {
 			return MountedObject{Volume: konnectivityServerVolume, Kind: kind, Name: name, Owned: true, Files: files}

@@ -121,6 +121,8 @@ func OwnedSecrets(name string) []OwnedSecret {
 		// Only with spec.konnectivity.
 		{Name: KonnectivityServerSecretName(name), Keys: tls},
 		{Name: KonnectivityClientSecretName(name), Keys: ca},
+		{Name: KonnectivityAPIServerSecretName(name), Keys: tls},
+		{Name: KonnectivityCASecretName(name), Keys: tls},
 		{Name: EncryptionSecretName(name), Keys: []string{EncryptionConfigKey, EncryptionKeysKey}, Retainable: true},
 		{Name: CASecretName(name), Keys: ca, Retainable: true},
 		{Name: FrontProxyCASecretName(name), Keys: ca, Retainable: true},

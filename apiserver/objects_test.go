@@ -83,7 +83,7 @@ func TestDesiredObjects_Golden(t *testing.T) {
 			if pdb := desiredPodDisruptionBudget(c); pdb != nil {
 				objs = append(objs, pdb)
 			}
-			agent, err := desiredKonnectivityAgentConfigMap(c, "")
+			agent, err := desiredKonnectivityAgentConfigMap(c, testKonnectivityCA, "")
 			if err != nil {
 				t.Fatal(err)
 			}

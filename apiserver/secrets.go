@@ -37,12 +37,16 @@ type PKISecrets struct {
 	// nil unless Completed.EtcdUser is set.
 	EtcdClient *pki.KeyPair
 	EtcdCA     []byte
-	// KonnectivityServing is the konnectivity server's certificate for
-	// the agents (the serving certificate's SANs) and KonnectivityClient
-	// its client certificate (KonnectivityServerUser), both signed by the
-	// CA; nil unless spec.konnectivity is set.
-	KonnectivityServing *pki.KeyPair
-	KonnectivityClient  *pki.KeyPair
+	// KonnectivityCA is the one CA the konnectivity agents trust; it
+	// signs KonnectivityServing, the server's certificate for the agents
+	// (the serving certificate's SANs), and KonnectivityAPIServer,
+	// kube-apiserver's for KonnectivityAgentServerName. The CA signs
+	// KonnectivityClient, the server's client certificate
+	// (KonnectivityServerUser). All nil unless spec.konnectivity is set.
+	KonnectivityCA        *pki.KeyPair
+	KonnectivityServing   *pki.KeyPair
+	KonnectivityAPIServer *pki.KeyPair
+	KonnectivityClient    *pki.KeyPair
 
 	// During a rotation: the CA that will sign next, and the
 	// service-account key that will sign next (PEM private key).
@@ -173,6 +177,8 @@ func desiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
 		for _, b := range []build{
 			{KonnectivityServerSecretName(c.Name), p.KonnectivityServing, nil},
 			{KonnectivityClientSecretName(c.Name), p.KonnectivityClient, map[string][]byte{CABundleKey: p.CABundle}},
+			{KonnectivityAPIServerSecretName(c.Name), p.KonnectivityAPIServer, nil},
+			{KonnectivityCASecretName(c.Name), p.KonnectivityCA, nil},
 		} {
 			s, err := tlsSecret(b.name, b.kp, b.extra)
 			if err != nil {

@@ -197,7 +197,9 @@ func validatePlugins(plugins []string, catalog *Catalog, path *field.Path) field
 
 // widestSpecs are completed specs that set every optional feature, in each
 // authentication style, so that ManagedFlagFields sees every flag the
-// operator may set.
+// operator may set; all but spec.konnectivity, whose --tls-sni-cert-key
+// is the user's to set without it (validateKonnectivity refuses it with
+// it).
 func widestSpecs() []*Completed {
 	var out []*Completed
 	// The bundled versions take authentication from a file; v1.23 still has

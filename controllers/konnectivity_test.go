@@ -5,21 +5,25 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 // A tenant with spec.konnectivity gets the server sidecar, which alone
@@ -59,23 +63,36 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 	if cn := kp.Cert().Subject.CommonName; cn != apiserver.KonnectivityServerUser || len(kp.Cert().Subject.Organization) != 0 {
 		t.Errorf("the konnectivity server's certificate is for %q in %v, want %s in no group", cn, kp.Cert().Subject.Organization, apiserver.KonnectivityServerUser)
 	}
-	// Its certificate for the agents: a serving certificate of the same
-	// CA for the apiservers' names (the Service the agents dial), not
-	// kube-apiserver's own key.
+	// Its certificate for the agents: a serving certificate of the
+	// konnectivity CA, the one CA the agents trust, for the apiservers'
+	// names (the Service the agents dial), not kube-apiserver's own key;
+	// and kube-apiserver's certificate of the same CA for the name the
+	// agents ask it for.
+	konnectivityCAPEM := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.KonnectivityCASecretName("edge")}}).Data[corev1.TLSCertKey]
+	konnectivityCA := parseCert(t, konnectivityCAPEM)
+	agentRoots := x509.NewCertPool()
+	agentRoots.AddCert(konnectivityCA)
 	servingSecret := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.KonnectivityServerSecretName("edge")}})
 	agentServing, err := pki.ParseKeyPair(servingSecret.Data[corev1.TLSCertKey], servingSecret.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
 		t.Fatalf("the konnectivity server's serving Secret: %v", err)
 	}
-	if _, err := agentServing.Cert().Verify(x509.VerifyOptions{Roots: roots, DNSName: "edge-apiserver." + ns + ".svc"}); err != nil {
-		t.Errorf("the agents cannot verify the konnectivity server by the Service's name: %v", err)
+	if _, err := agentServing.Cert().Verify(x509.VerifyOptions{Roots: agentRoots, DNSName: "edge-apiserver." + ns + ".svc"}); err != nil {
+		t.Errorf("the agents cannot verify the konnectivity server by the Service's name with the konnectivity CA: %v", err)
+	}
+	if _, err := agentServing.Cert().Verify(x509.VerifyOptions{Roots: roots}); err == nil {
+		t.Error("the tenant's CA signs the konnectivity server's certificate for the agents: a rotation of it would break their trust")
+	}
+	sniSecret := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.KonnectivityAPIServerSecretName("edge")}})
+	if _, err := parseCert(t, sniSecret.Data[corev1.TLSCertKey]).Verify(x509.VerifyOptions{Roots: agentRoots, DNSName: apiserver.KonnectivityAgentServerName}); err != nil {
+		t.Errorf("kube-apiserver's certificate for the agents does not verify with the konnectivity CA for %s: %v", apiserver.KonnectivityAgentServerName, err)
 	}
 	apiserverServing := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.ServingSecretName("edge")}})
 	if bytes.Equal(apiserverServing.Data[corev1.TLSPrivateKeyKey], servingSecret.Data[corev1.TLSPrivateKeyKey]) {
 		t.Error("the konnectivity server holds kube-apiserver's serving key")
 	}
 	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-	for _, name := range []string{"konnectivity-server", "konnectivity-client"} {
+	for _, name := range []string{"konnectivity-server", "konnectivity-client", "konnectivity-apiserver", apiserver.KonnectivityCASecretName("edge")} {
 		if !slices.ContainsFunc(got.Status.Certificates, func(c v1alpha1.CertificateStatus) bool { return c.Name == name }) {
 			t.Errorf("status.certificates does not list %s: %v", name, got.Status.Certificates)
 		}
@@ -85,7 +102,9 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 	// host the spec names, on the agents' port.
 	agentCM := get(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.KonnectivityAgentConfigMapName("edge")}})
 	manifests := agentCM.Data[apiserver.KonnectivityAgentManifestsKey]
-	for _, want := range []string{"kind: DaemonSet", "kind: ServiceAccount", "kind: ClusterRoleBinding", "--proxy-server-host=edge.tenants.example.com", fmt.Sprintf("--proxy-server-port=%d", apiserver.DefaultKonnectivityPort)} {
+	for _, want := range []string{"kind: DaemonSet", "kind: ServiceAccount", "kind: ClusterRoleBinding", "--proxy-server-host=edge.tenants.example.com", fmt.Sprintf("--proxy-server-port=%d", apiserver.DefaultKonnectivityPort),
+		// The konnectivity CA, for the agents.
+		strings.SplitN(string(konnectivityCAPEM), "\n", 3)[1]} {
 		if !strings.Contains(manifests, want) {
 			t.Errorf("the published agents' manifests lack %q:\n%s", want, manifests)
 		}
@@ -125,7 +144,7 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 
 	// Off again: the pods, the Service and the NetworkPolicy are as
 	// without it, and once the pods run without the server, its
-	// certificates are gone.
+	// certificates and the konnectivity CA are gone.
 	eventually(t, 10*time.Second, "spec.konnectivity removed", func() error {
 		current := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
 		current.Spec.Konnectivity = nil
@@ -184,4 +203,121 @@ func containerNames(cs []corev1.Container) []string {
 		out = append(out, c.Name)
 	}
 	return out
+}
+
+// TestApiServerConfigReconciler_ClusterCARotationLeavesTheKonnectivityAgentsAlone
+// walks a whole rotation of the cluster CA, with a test clock (the old CA
+// leaves the bundle when it expires), on a tenant with spec.konnectivity.
+// Through every phase the konnectivity CA stays the same, the server's
+// certificate for the agents and kube-apiserver's for their name stay its,
+// and the manifests published for the agents do not change by a byte:
+// the agents, which read their CA once, neither roll nor lose trust in a
+// server. The leaves of the cluster CA, the server's client certificate
+// among them, move to the new CA meanwhile.
+func TestApiServerConfigReconciler_ClusterCARotationLeavesTheKonnectivityAgentsAlone(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	clock := clocktesting.NewFakeClock(time.Now())
+	cfg := tenant(ns, "edge", func(s *v1alpha1.ApiServerConfigSpec) {
+		s.Certificates.CAValidity = &metav1.Duration{Duration: 10 * 24 * time.Hour}
+		s.Certificates.Validity = &metav1.Duration{Duration: 24 * time.Hour}
+		s.Konnectivity = &v1alpha1.KonnectivitySpec{Agent: v1alpha1.KonnectivityAgentSpec{Host: "edge.tenants.example.com"}}
+	})
+	// Only this test's reconciler, with its clock, takes it.
+	cfg.Labels = map[string]string{apiserver.WatchFilterLabel: "konnectivity-ca-rotation"}
+	// Its cluster CA, the operator's by its name label, expires in two
+	// days, before the front-proxy CA, which is not rotated.
+	oldCA, err := pki.NewSelfSignedCA("kubernetes", pki.DefaultKeyAlgorithm, 48*time.Hour, clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldKey, err := oldCA.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName(cfg.Name), Labels: map[string]string{apiserver.NameLabel: cfg.Name}},
+		Type:       corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: oldCA.CertPEM(), corev1.TLSPrivateKeyKey: oldKey,
+			apiserver.CABundleKey: pki.TrustBundle(clock.Now(), oldCA.Cert())},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r := &ApiServerConfigReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock, CATrustPropagation: time.Second}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}}
+	pass := func() {
+		t.Helper()
+		clock.Step(3 * time.Second)
+		if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
+			t.Fatal(err)
+		}
+		if env.Client.Get(ctx, client.ObjectKeyFromObject(d), &appsv1.Deployment{}) == nil {
+			actAsDeploymentController(t, d)
+		}
+	}
+	secret := func(name string) *corev1.Secret {
+		t.Helper()
+		return get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	}
+	published := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.KonnectivityAgentConfigMapName(cfg.Name)}}
+	for i := 0; env.Client.Get(ctx, client.ObjectKeyFromObject(published), published) != nil; i++ {
+		if i == 10 {
+			t.Fatal("the agents' manifests are not published after 10 passes")
+		}
+		pass()
+	}
+	if got := parseCert(t, secret(apiserver.CASecretName(cfg.Name)).Data[corev1.TLSCertKey]); !got.Equal(oldCA.Cert()) {
+		t.Fatal("the operator did not take the tenant's CA Secret")
+	}
+	konnectivityCA := secret(apiserver.KonnectivityCASecretName(cfg.Name)).Data
+	manifests := published.Data
+	// What the agents see, checked after every pass.
+	agentsSeeNoChange := func(phase string) {
+		t.Helper()
+		if now := secret(apiserver.KonnectivityCASecretName(cfg.Name)).Data; !bytes.Equal(now[corev1.TLSCertKey], konnectivityCA[corev1.TLSCertKey]) || !bytes.Equal(now[corev1.TLSPrivateKeyKey], konnectivityCA[corev1.TLSPrivateKeyKey]) {
+			t.Fatalf("%s: the konnectivity CA changed", phase)
+		}
+		issuer := parseCert(t, konnectivityCA[corev1.TLSCertKey])
+		for _, name := range []string{apiserver.KonnectivityServerSecretName(cfg.Name), apiserver.KonnectivityAPIServerSecretName(cfg.Name)} {
+			leaf := parseCert(t, secret(name).Data[corev1.TLSCertKey])
+			if err := leaf.CheckSignatureFrom(issuer); err != nil || !bytes.Equal(leaf.RawIssuer, issuer.RawSubject) {
+				t.Fatalf("%s: the certificate of Secret %s is issued by %q, not the konnectivity CA (%v)", phase, name, leaf.Issuer, err)
+			}
+		}
+		if now := get(t, published.DeepCopy()).Data; !maps.Equal(now, manifests) {
+			t.Fatalf("%s: the agents' manifests changed:\n%s", phase, cmp.Diff(manifests, now))
+		}
+	}
+	agentsSeeNoChange("before the rotation")
+
+	annotate(t, cfg, v1alpha1.RotateCAAnnotation, "1")
+	var phases []string
+	for i := 0; len(phases) == 0 || phases[len(phases)-1] != string(rotation.Stable); i++ {
+		if i == 40 {
+			t.Fatalf("the CA rotation went through %v in 40 passes, and no further", phases)
+		}
+		pass()
+		phase := storedPhase(t, cfg, rotation.CA.Name)
+		if (phase != string(rotation.Stable) || len(phases) > 0) && (len(phases) == 0 || phases[len(phases)-1] != phase) {
+			phases = append(phases, phase)
+		}
+		agentsSeeNoChange(phase)
+		if phase == string(rotation.SignWithNew) {
+			// The old CA stays trusted until it expires.
+			clock.SetTime(oldCA.Cert().NotAfter.Add(time.Minute))
+		}
+	}
+	if want := []string{"TrustNew", "SignWithNew", "PruneOld", "Stable"}; !slices.Equal(phases, want) {
+		t.Fatalf("the CA rotation went through %v, want %v", phases, want)
+	}
+	newCA := parseCert(t, secret(apiserver.CASecretName(cfg.Name)).Data[corev1.TLSCertKey])
+	if newCA.Equal(oldCA.Cert()) {
+		t.Fatal("the cluster CA did not change")
+	}
+	if err := parseCert(t, secret(apiserver.KonnectivityClientSecretName(cfg.Name)).Data[corev1.TLSCertKey]).CheckSignatureFrom(newCA); err != nil {
+		t.Errorf("the konnectivity server's client certificate, a leaf of the cluster CA, was not reissued by the new CA: %v", err)
+	}
 }

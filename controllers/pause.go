@@ -96,7 +96,7 @@ func (r *ApiServerConfigReconciler) waitingWhilePaused(ctx context.Context, cfg 
 	}
 	// CAs are not renewed by a pass (the CA rotation above is how the
 	// cluster CA is replaced; a user's CA is the user's).
-	cas := []string{apiserver.CASecretName(cfg.Name), apiserver.FrontProxyCASecretName(cfg.Name), cfg.Spec.Certificates.CASecretName}
+	cas := []string{apiserver.CASecretName(cfg.Name), apiserver.FrontProxyCASecretName(cfg.Name), apiserver.KonnectivityCASecretName(cfg.Name), cfg.Spec.Certificates.CASecretName}
 	for _, c := range cfg.Status.Certificates {
 		if c.RenewAfter == nil || slices.Contains(cas, c.Name) {
 			continue

@@ -170,9 +170,21 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	}
 
 	// The konnectivity server serves the agents and reviews their tokens
-	// with certificates of its own, which it reads at start.
+	// with certificates of its own, which it reads at start. The agents
+	// trust the konnectivity CA alone, which no rotation of the cluster CA
+	// touches: it signs the server's certificate for them, and
+	// kube-apiserver's for the name they ask it for (re-read without a
+	// restart).
 	if c.Spec.Konnectivity != nil {
-		if s.KonnectivityServing, err = leaf("konnectivity-server", apiserver.KonnectivityServerSecretName(cfg.Name), ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), true); err != nil {
+		konnectivity, err := r.loadOrCreateCA(ctx, own, cfg.Namespace, apiserver.KonnectivityCASecretName(cfg.Name), apiserver.KonnectivityCACommonName, alg, caValidity, now, res)
+		if err != nil {
+			return nil, fmt.Errorf("reconciling the konnectivity CA: %w", err)
+		}
+		s.KonnectivityCA = konnectivity.ca
+		if s.KonnectivityServing, err = leaf("konnectivity-server", apiserver.KonnectivityServerSecretName(cfg.Name), s.KonnectivityCA, apiserver.KonnectivityServingCertConfig(c), true); err != nil {
+			return nil, err
+		}
+		if s.KonnectivityAPIServer, err = leaf("konnectivity-apiserver", apiserver.KonnectivityAPIServerSecretName(cfg.Name), s.KonnectivityCA, apiserver.KonnectivityAPIServerCertConfig(), false); err != nil {
 			return nil, err
 		}
 		if s.KonnectivityClient, err = leaf("konnectivity-client", apiserver.KonnectivityClientSecretName(cfg.Name), ca, apiserver.KonnectivityServerCertConfig(), true); err != nil {

@@ -101,8 +101,11 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 			AdminKubeconfig: []byte("unused"),
 			EtcdClient:      etcdClient, EtcdCA: bundle,
 			// The konnectivity server's files are not kube-apiserver's:
-			// any client certificate of the CA stands in.
-			KonnectivityServing: serving, KonnectivityClient: kubelet,
+			// any client certificate of the CA stands in. kube-apiserver
+			// loads its certificate for the agents' name
+			// (--tls-sni-cert-key) as any key pair: the serving
+			// certificate stands in.
+			KonnectivityCA: ca, KonnectivityServing: serving, KonnectivityClient: kubelet, KonnectivityAPIServer: serving,
 		},
 		etcd:       map[string][]byte{"ca": bundle, "cert": etcdClient.CertPEM(), "key": etcdKey},
 		encryption: apiserver.EncryptionKey{Name: "validation", Provider: v1alpha1.EncryptionSecretbox, Secret: secret},

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -102,7 +103,11 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	if np := desired.NetworkPolicy; np != nil {
 		objs = append(objs, np)
 	}
-	if agent := desired.KonnectivityAgent; agent != nil {
+	if desired.KonnectivityAgent != nil {
+		agent, err := redactedKonnectivityAgent(c, env.KonnectivityAgentImage)
+		if err != nil {
+			return err
+		}
 		objs = append(objs, agent)
 	}
 	secrets := slices.SortedFunc(slices.Values(desired.Secrets), func(a, b *corev1.Secret) int { return strings.Compare(a.Name, b.Name) })
@@ -119,6 +124,22 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	}
 	_, err = w.Write(out.Bytes())
 	return err
+}
+
+// redactedKonnectivityAgent is the agents' manifests with the
+// konnectivity CA, generated in the cluster, left out, and the hash of it
+// on their template.
+func redactedKonnectivityAgent(c *apiserver.Completed, image string) (*corev1.ConfigMap, error) {
+	objects, err := apiserver.KonnectivityAgentObjects(c, []byte(redacted), image)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objects {
+		if ds, ok := o.(*appsv1.DaemonSet); ok {
+			ds.Spec.Template.Annotations[apiserver.KonnectivityAgentKubeconfigHashAnnotation] = redacted
+		}
+	}
+	return apiserver.KonnectivityAgentConfigMap(c, objects)
 }
 
 // redact is s with every value of its data left out.

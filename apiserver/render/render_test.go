@@ -126,3 +126,37 @@ func TestRender_RefusesWhatAdmissionRefuses(t *testing.T) {
 		}
 	}
 }
+
+// The konnectivity sample passes admission, whose validator loads
+// kube-apiserver's certificate for the agents' name as upstream does
+// (--tls-sni-cert-key), and renders byte-stable: the konnectivity CA the
+// agents' manifests carry is generated in the cluster, left out as the
+// Secrets' material is.
+func TestRender_KonnectivitySampleLeavesTheKonnectivityCAOut(t *testing.T) {
+	manifest, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "controlplane_v1alpha1_apiserverconfig_konnectivity.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, second bytes.Buffer
+	if err := Render(&first, manifest, options(t)); err != nil {
+		t.Fatalf("rendering the konnectivity sample: %v", err)
+	}
+	if err := Render(&second, manifest, options(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first.Bytes(), second.Bytes()) {
+		t.Fatal("two renderings of one manifest differ")
+	}
+	out := first.String()
+	for _, secret := range []string{"PRIVATE KEY", "BEGIN CERTIFICATE", "client-key-data"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("the rendering holds generated material (%s)", secret)
+		}
+	}
+	for _, want := range []string{"--tls-sni-cert-key=/etc/kubernetes/pki/konnectivity-apiserver.crt,/etc/kubernetes/pki/konnectivity-apiserver.key:apiserver.konnectivity.invalid",
+		"ca.crt: <generated in the cluster>", "apiserver-operator.dev/kubeconfig-hash: <generated in the cluster>", "name: edge-konnectivity-ca"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the rendering lacks %q", want)
+		}
+	}
+}

@@ -240,9 +240,11 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, et
 		sa := must(pki.NewServiceAccountKey(alg))
 		admin = must(pki.NewSignedCert(ca, pki.AdminCertConfig(), alg, time.Hour, now))
 		caBundle := pki.TrustBundle(now, ca.Cert())
-		var konnectivityServing, konnectivityClient *pki.KeyPair
+		var konnectivityCA, konnectivityServing, konnectivityAPIServer, konnectivityClient *pki.KeyPair
 		if cfg.Spec.Konnectivity != nil {
-			konnectivityServing = must(pki.NewSignedCert(ca, pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs), alg, time.Hour, now))
+			konnectivityCA = must(pki.NewSelfSignedCA(apiserver.KonnectivityCACommonName, alg, 24*time.Hour, now))
+			konnectivityServing = must(pki.NewSignedCert(konnectivityCA, apiserver.KonnectivityServingCertConfig(c), alg, time.Hour, now))
+			konnectivityAPIServer = must(pki.NewSignedCert(konnectivityCA, apiserver.KonnectivityAPIServerCertConfig(), alg, time.Hour, now))
 			konnectivityClient = must(pki.NewSignedCert(ca, apiserver.KonnectivityServerCertConfig(), alg, time.Hour, now))
 		}
 		material = apiserver.Material{
@@ -252,7 +254,7 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, et
 				ServiceAccountSigningKey: must(sa.PrivateKeyPEM()), ServiceAccountPublicKeys: must(pki.PublicKeysPEM(sa.Public())),
 				AdminKubeconfig: must(pki.AdminKubeconfig(cfg.Name, c.Endpoint, caBundle, admin.CertPEM(), must(admin.KeyPEM()))),
 				EtcdClient:      etcdClient, EtcdCA: etcdCA.CertPEM(),
-				KonnectivityServing: konnectivityServing, KonnectivityClient: konnectivityClient,
+				KonnectivityCA: konnectivityCA, KonnectivityServing: konnectivityServing, KonnectivityAPIServer: konnectivityAPIServer, KonnectivityClient: konnectivityClient,
 			},
 			Encryption: &apiserver.EncryptionMaterial{Keys: encryptionKeys},
 		}
@@ -323,6 +325,8 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, et
 	for i, a := range args {
 		a = strings.ReplaceAll(a, "$("+apiserver.PodIPEnv+")", "127.0.0.1")
 		a = strings.ReplaceAll(a, "=/etc/kubernetes/", "="+root("/etc/kubernetes")+"/")
+		// A certificate and key: --tls-sni-cert-key=cert,key:name.
+		a = strings.ReplaceAll(a, ",/etc/kubernetes/", ","+root("/etc/kubernetes")+"/")
 		args[i] = strings.ReplaceAll(a, "=/var/log/kubernetes/", "="+root("/var/log/kubernetes")+"/")
 	}
 	start(t, dir, "kube-apiserver", args...)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -26,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -55,6 +55,12 @@ type nodeBehind struct {
 	token     func(audience string) string
 	agent     func(name, tokenPath string) *exec.Cmd
 	serverLog string
+	// The CA the agents' ConfigMap carries as published, the first
+	// apiserver's address, and the certificate it was given for the
+	// agents' name.
+	agentCA          []byte
+	apiserverAddr    string
+	agentsAPIServing *pki.KeyPair
 }
 
 // newNodeBehind boots the tenant with apiservers apiservers (each with
@@ -156,14 +162,14 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 		return n
 	}
 	// The agent side as the operator publishes it for the tenant.
-	var agentContainer *corev1.Container
-	var agentKubeconfig *clientcmdapi.Config
-	for _, o := range must(apiserver.KonnectivityAgentObjects(b.c, "")) {
+	var agentPod *corev1.PodSpec
+	var agentConfig *corev1.ConfigMap
+	for _, o := range must(apiserver.KonnectivityAgentObjects(b.c, b.material.PKI.KonnectivityCA.CertPEM(), "")) {
 		switch o := o.(type) {
 		case *corev1.Namespace:
 			must(cs.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{}))
 		case *corev1.ConfigMap:
-			agentKubeconfig = must(clientcmd.Load([]byte(o.Data[apiserver.KonnectivityAgentKubeconfigKey])))
+			agentConfig = o
 		case *corev1.ServiceAccount:
 			must(cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{}))
 		case *rbacv1.ClusterRoleBinding:
@@ -173,14 +179,17 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 		case *rbacv1.RoleBinding:
 			must(cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{}))
 		case *appsv1.DaemonSet:
-			agentContainer = &o.Spec.Template.Spec.Containers[0]
+			agentPod = &o.Spec.Template.Spec
 		default:
 			t.Fatalf("the agents' manifests hold a %T this test does not apply", o)
 		}
 	}
-	if agentContainer == nil || agentKubeconfig == nil {
-		t.Fatalf("the agents' manifests hold no DaemonSet (%v) or no kubeconfig (%v)", agentContainer != nil, agentKubeconfig != nil)
+	if agentPod == nil || agentConfig == nil {
+		t.Fatalf("the agents' manifests hold no DaemonSet (%v) or no ConfigMap (%v)", agentPod != nil, agentConfig != nil)
 	}
+	agentContainer := &agentPod.Containers[0]
+	n.agentCA, n.agentsAPIServing = []byte(agentConfig.Data[apiserver.KonnectivityAgentCAKey]), b.material.PKI.KonnectivityAPIServer
+	n.apiserverAddr = fmt.Sprintf("127.0.0.1:%d", cfg.Spec.Serving.SecurePort)
 
 	// The binding in force before any agent connects: a refusal for want
 	// of it would look like the refusal of a token below.
@@ -210,20 +219,39 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 		write(t, path, []byte(tr.Status.Token))
 		return path
 	}
-	caFile := filepath.Join(dir, "agent-ca.crt")
-	write(t, caFile, b.ca.CertPEM())
+	// The agents' ConfigMap (their kubeconfig and the konnectivity CA,
+	// the one CA they trust) where the DaemonSet mounts it, under dir.
+	agentConfigDir := filepath.Join(dir, "agent-config")
+	var agentConfigMount string
+	for _, v := range agentPod.Volumes {
+		for _, m := range agentContainer.VolumeMounts {
+			if m.Name == v.Name && v.ConfigMap != nil && v.ConfigMap.Name == agentConfig.Name {
+				agentConfigMount = m.MountPath
+			}
+		}
+	}
+	if agentConfigMount == "" {
+		t.Fatalf("the agents do not mount their ConfigMap %s", agentConfig.Name)
+	}
+	local := func(path string) string {
+		return strings.Replace(path, agentConfigMount+"/", agentConfigDir+"/", 1)
+	}
+	for key, data := range agentConfig.Data {
+		write(t, filepath.Join(agentConfigDir, key), []byte(data))
+	}
 	// The published kubeconfig, but for the apiserver's address (the test
-	// has no Service) and where the automounted token and CA bundle are:
-	// a token of the account for the apiserver's own audience.
-	agentKubeconfigFile := filepath.Join(dir, "agent.kubeconfig")
+	// has no Service), where the ConfigMap's CA is, and a token of the
+	// account for the apiserver's own audience where kubelet's would be;
+	// the server name it asks for is the published one.
+	agentKubeconfig := must(clientcmd.Load([]byte(agentConfig.Data[apiserver.KonnectivityAgentKubeconfigKey])))
 	for _, cluster := range agentKubeconfig.Clusters {
-		cluster.Server, cluster.CertificateAuthority = fmt.Sprintf("https://127.0.0.1:%d", cfg.Spec.Serving.SecurePort), caFile
+		cluster.Server, cluster.CertificateAuthority = "https://"+n.apiserverAddr, local(cluster.CertificateAuthority)
 	}
 	apiToken := n.token("")
 	for _, user := range agentKubeconfig.AuthInfos {
 		user.TokenFile = apiToken
 	}
-	if err := clientcmd.WriteToFile(*agentKubeconfig, agentKubeconfigFile); err != nil {
+	if err := clientcmd.WriteToFile(*agentKubeconfig, filepath.Join(agentConfigDir, apiserver.KonnectivityAgentKubeconfigKey)); err != nil {
 		t.Fatal(err)
 	}
 	// An agent runs with the rendered command line, but for where its
@@ -232,7 +260,7 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 		healthPort, adminPort := freePort(t), freePort(t)
 		args := []string{"--agent-id=" + name}
 		for _, a := range agentContainer.Args {
-			flag, _, _ := strings.Cut(a, "=")
+			flag, value, _ := strings.Cut(a, "=")
 			switch flag {
 			case "--proxy-server-host":
 				a = flag + "=127.0.0.1"
@@ -241,16 +269,14 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 					t.Errorf("the agents dial %s, want the server's port %d", a, agentPort)
 				}
 				a = flag + "=" + strconv.Itoa(serviceAgentPort)
-			case "--ca-cert":
-				a = flag + "=" + caFile
+			case "--ca-cert", "--kubeconfig":
+				a = flag + "=" + local(value)
 			case "--service-account-token-path":
 				a = flag + "=" + tokenPath
 			case "--health-server-port":
 				a = flag + "=" + strconv.Itoa(healthPort)
 			case "--admin-server-port":
 				a = flag + "=" + strconv.Itoa(adminPort)
-			case "--kubeconfig":
-				a = flag + "=" + agentKubeconfigFile
 			}
 			args = append(args, strings.ReplaceAll(a, "$(HOST_IP)", "127.0.0.1"))
 		}
@@ -395,9 +421,31 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 	// number of servers is in no flag of the pod.
 	n.waitForLeases(t, "boot-0")
 
+	// The agent read those Leases with its published kubeconfig, which
+	// trusts the konnectivity CA alone: kube-apiserver answers the name
+	// it asks for with its certificate of that CA, re-read from its
+	// files, and every other name with its serving certificate of the
+	// tenant's CA, which that client refuses.
+	agentRoots := x509.NewCertPool()
+	if !agentRoots.AppendCertsFromPEM(n.agentCA) {
+		t.Fatalf("the agents' ConfigMap carries no CA: %q", n.agentCA)
+	}
+	conn, err := tls.Dial("tcp", n.apiserverAddr, &tls.Config{RootCAs: agentRoots, ServerName: apiserver.KonnectivityAgentServerName, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatalf("a client trusting only the konnectivity CA cannot reach kube-apiserver as %s: %v", apiserver.KonnectivityAgentServerName, err)
+	}
+	if got := conn.ConnectionState().PeerCertificates[0]; !got.Equal(n.agentsAPIServing.Cert()) {
+		t.Errorf("kube-apiserver answers %s with the certificate of %q issued by %q, want its certificate for the agents", apiserver.KonnectivityAgentServerName, got.Subject, got.Issuer)
+	}
+	_ = conn.Close()
+	if conn, err := tls.Dial("tcp", n.apiserverAddr, &tls.Config{RootCAs: agentRoots, ServerName: "kubernetes.default.svc", MinVersion: tls.VersionTLS12}); err == nil {
+		_ = conn.Close()
+		t.Error("a client trusting only the konnectivity CA accepts kube-apiserver's serving certificate: the tenant's CA must not be what the agents trust")
+	}
+
 	// The agent gone, the node is unreachable again.
 	_ = nodeAgent.Process.Kill()
-	_, err := n.waitFor(t, "with the agent gone", func(_ string, err error) bool { return err != nil })
+	_, err = n.waitFor(t, "with the agent gone", func(_ string, err error) bool { return err != nil })
 	t.Logf("kubectl logs with no agent: %v", err)
 }
 
