@@ -254,6 +254,11 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 			},
 		},
 	}
+	if usesKonnectivity(c) {
+		// Ready once its server can carry calls to nodes (the
+		// controller opens the gate).
+		d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: KonnectivityAgentsGate}}
+	}
 	return d, nil
 }
 

@@ -71,6 +71,9 @@ type Objects struct {
 	// NetworkPolicy is nil when the tenant has none (spec.networkPolicy
 	// not Enforced): one the operator made is deleted.
 	NetworkPolicy *networkingv1.NetworkPolicy
+	// KonnectivityService is the Service the konnectivity agents dial;
+	// nil without spec.konnectivity: one the operator made is deleted.
+	KonnectivityService *corev1.Service
 	// KonnectivityAgent publishes the agents' manifests for the tenant;
 	// nil without spec.konnectivity: one the operator made is deleted.
 	KonnectivityAgent *corev1.ConfigMap
@@ -100,7 +103,7 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Objects{Args: args, Service: DesiredService(c), PodDisruptionBudget: desiredPodDisruptionBudget(c)}
+	o := &Objects{Args: args, Service: DesiredService(c), KonnectivityService: desiredKonnectivityService(c), PodDisruptionBudget: desiredPodDisruptionBudget(c)}
 	o.NetworkPolicy, _ = desiredNetworkPolicy(c)
 	if o.ConfigMap, err = desiredConfigMap(c, env.OIDCCA); err != nil {
 		return nil, err

@@ -167,11 +167,17 @@ const KonnectivityAgentServerName = "apiserver.konnectivity.invalid"
 const KonnectivityCACommonName = "konnectivity-ca"
 
 // KonnectivityServingCertConfig is the server's certificate for the
-// agents, for the apiservers' SANs (the agents dial the Service), and
-// KonnectivityAPIServerCertConfig kube-apiserver's for
-// KonnectivityAgentServerName; the konnectivity CA signs both.
+// agents: for the host they dial (konnectivityAgentEndpoint) and the
+// agents' Service's names in the management cluster; not for the
+// apiservers' SANs, since the server reads its certificate at start and
+// each new extra SAN would roll the pods. KonnectivityAPIServerCertConfig
+// is kube-apiserver's for KonnectivityAgentServerName; the konnectivity CA
+// signs both.
 func KonnectivityServingCertConfig(c *Completed) pki.CertConfig {
-	return pki.ServingCertConfig(c.SANs.DNSNames, c.SANs.IPs)
+	svc := KonnectivityServiceName(c.Name)
+	host, _, _ := konnectivityAgentEndpoint(c)
+	dns, ips := pki.SplitSANs([]string{svc, svc + "." + c.Namespace, svc + "." + c.Namespace + ".svc", host})
+	return pki.ServingCertConfig(dns, ips)
 }
 
 func KonnectivityAPIServerCertConfig() pki.CertConfig {
@@ -334,15 +340,15 @@ const podNameEnv = "POD_NAME"
 // 127.0.0.1). It refuses a user's --tls-sni-cert-key, which the operator
 // manages with spec.konnectivity (and only then: ManagedFlagFields does
 // not list it).
-// It warns when the agents dial a name the serving certificate may not
-// carry, or a node port that is not known yet.
+// It warns when the agents would dial the apiservers' load balancer, or a
+// node port that is not known yet.
 func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Path, warnings *[]string) field.ErrorList {
 	if spec.Konnectivity == nil {
 		return nil
 	}
-	if host := spec.Konnectivity.Agent.Host; host != "" && host != spec.Serving.ExternalHostname && !slices.Contains(spec.Serving.ExtraSANs, host) {
-		*warnings = append(*warnings, fmt.Sprintf("spec.konnectivity.agent.host: the agents dial %s, which is neither spec.serving.externalHostname nor in spec.serving.extraSANs: "+
-			"the servers' certificate names it only if it is the LoadBalancer's address, and the agents refuse a server it does not name", host))
+	if spec.Konnectivity.Agent.Host == "" && spec.Serving.Service.Type == corev1.ServiceTypeLoadBalancer {
+		*warnings = append(*warnings, "spec.konnectivity.agent.host: the agents' Service gets a load balancer of its own, and the agents dial spec.serving.externalHostname, which names the apiservers' one: "+
+			"set the host to the address of the agents' load balancer (or to a name of it)")
 	}
 	if k, svc := spec.Konnectivity, spec.Serving.Service; svc.Type == corev1.ServiceTypeNodePort {
 		// The node ports a Service is given are not known when the
@@ -406,8 +412,9 @@ const (
 // manifests, in the tenant's namespace of the management cluster.
 func KonnectivityAgentConfigMapName(name string) string { return name + "-konnectivity-agent" }
 
-// konnectivityAgentEndpoint is where the agents dial: the host and port of
-// the servers, and the port of the apiservers on that host.
+// konnectivityAgentEndpoint is where the agents dial the servers (the
+// agents' Service), host and port, and the apiservers' port (the tenant's
+// Service) at konnectivityAgentAPIHost.
 func konnectivityAgentEndpoint(c *Completed) (host string, port, apiPort int32) {
 	k, svc := c.Spec.Konnectivity, c.Spec.Serving.Service
 	host = cmp.Or(k.Agent.Host, c.Spec.Serving.ExternalHostname)
@@ -418,6 +425,15 @@ func konnectivityAgentEndpoint(c *Completed) (host string, port, apiPort int32) 
 	return host, ptr.Deref(k.Agent.Port, port), ptr.Deref(k.Agent.APIPort, apiPort)
 }
 
+// konnectivityAgentAPIHost is where the agents reach the apiservers: the
+// external host name, which names the tenant's Service (a load balancer of
+// a LoadBalancer Service, other than the agents' one), or the agents' host
+// without one (a NodePort Service: the nodes serve both Services' ports).
+func konnectivityAgentAPIHost(c *Completed) string {
+	host, _, _ := konnectivityAgentEndpoint(c)
+	return cmp.Or(c.Spec.Serving.ExternalHostname, host)
+}
+
 // konnectivityAgentKubeconfig is the agents' kubeconfig (in the
 // tenant's ConfigMap kube-system/konnectivity-agent): the tenant's
 // apiservers where the node reaches them, asked for
@@ -426,10 +442,10 @@ func konnectivityAgentEndpoint(c *Completed) (host string, port, apiPort int32) 
 // under agents that read it once), with a bound token of the agents'
 // service account.
 func konnectivityAgentKubeconfig(c *Completed) ([]byte, error) {
-	host, _, apiPort := konnectivityAgentEndpoint(c)
+	_, _, apiPort := konnectivityAgentEndpoint(c)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["tenant"] = &clientcmdapi.Cluster{
-		Server:               "https://" + net.JoinHostPort(host, strconv.Itoa(int(apiPort))),
+		Server:               "https://" + net.JoinHostPort(konnectivityAgentAPIHost(c), strconv.Itoa(int(apiPort))),
 		CertificateAuthority: konnectivityAgentCAFile,
 		TLSServerName:        KonnectivityAgentServerName,
 	}

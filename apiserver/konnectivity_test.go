@@ -2,7 +2,9 @@ package apiserver
 
 import (
 	"crypto/x509"
+	"fmt"
 	"maps"
+	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -80,30 +82,56 @@ func TestValidate_KonnectivityNeedsTheApiserverOnLoopback(t *testing.T) {
 	}
 }
 
-// TestValidate_WarnsWhenTheAgentsDialANameTheCertificateMayLack: a host
-// that is neither the external host name nor an extra SAN may be the
-// LoadBalancer's address, or a name the agents will refuse: a warning.
-func TestValidate_WarnsWhenTheAgentsDialANameTheCertificateMayLack(t *testing.T) {
+// TestValidate_WarnsWhenTheAgentsWouldDialTheApiserversLoadBalancer: the
+// agents' Service of a LoadBalancer tenant has a load balancer of its
+// own; agents sent to the external host name would reach the apiservers'.
+func TestValidate_WarnsWhenTheAgentsWouldDialTheApiserversLoadBalancer(t *testing.T) {
 	for _, tt := range []struct {
-		host, external string
-		sans           []string
-		warns          bool
+		host  string
+		typ   corev1.ServiceType
+		warns bool
 	}{
-		{"edge.example.com", "", nil, true},
-		{"edge.example.com", "edge.example.com", nil, false},
-		{"203.0.113.7", "edge.example.com", []string{"203.0.113.7"}, false},
-		{"", "edge.example.com", nil, false},
+		{"", corev1.ServiceTypeLoadBalancer, true},
+		{"agents.example.com", corev1.ServiceTypeLoadBalancer, false},
+		{"", corev1.ServiceTypeNodePort, false},
+		{"", corev1.ServiceTypeClusterIP, false},
 	} {
 		cfg := &v1alpha1.ApiServerConfig{Spec: v1alpha1.ApiServerConfigSpec{
 			Etcd:         v1alpha1.EtcdSpec{Servers: []string{"https://etcd:2379"}},
-			Serving:      v1alpha1.ServingSpec{ExternalHostname: tt.external, ExtraSANs: tt.sans},
-			Konnectivity: &v1alpha1.KonnectivitySpec{Agent: v1alpha1.KonnectivityAgentSpec{Host: tt.host}},
+			Serving:      v1alpha1.ServingSpec{ExternalHostname: "edge.example.com", Service: v1alpha1.ServiceSpec{Type: tt.typ}},
+			Konnectivity: &v1alpha1.KonnectivitySpec{Agent: v1alpha1.KonnectivityAgentSpec{Host: tt.host, Port: ptr.To[int32](8132), APIPort: ptr.To[int32](443)}},
 		}}
 		_, warnings := Validate(cfg)
 		warned := slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, "spec.konnectivity.agent.host") })
 		if warned != tt.warns {
-			t.Errorf("host %q, externalHostname %q, extraSANs %v: warned %v, want %v (%v)", tt.host, tt.external, tt.sans, warned, tt.warns, warnings)
+			t.Errorf("host %q on a %s Service: warned %v, want %v (%v)", tt.host, tt.typ, warned, tt.warns, warnings)
 		}
+	}
+}
+
+// TestKonnectivityServingCertificate_NamesWhatTheAgentsDialAndNoMore: the
+// server's certificate names the agents' host and their Service; a new
+// extra SAN of the apiservers does not change it (the server reads it at
+// start: a change would roll every pod).
+func TestKonnectivityServingCertificate_NamesWhatTheAgentsDialAndNoMore(t *testing.T) {
+	cfg := sample(t, "minimal")
+	cfg.Spec.Konnectivity = &v1alpha1.KonnectivitySpec{Agent: v1alpha1.KonnectivityAgentSpec{Host: "203.0.113.7"}}
+	c, err := Complete(cfg, Inputs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := KonnectivityServingCertConfig(c)
+	svc := KonnectivityServiceName(cfg.Name) + "." + cfg.Namespace + ".svc"
+	if !slices.Contains(before.DNSNames, svc) || !slices.ContainsFunc(before.IPs, func(ip net.IP) bool { return ip.String() == "203.0.113.7" }) {
+		t.Errorf("the certificate names %v and %v, want %s and 203.0.113.7", before.DNSNames, before.IPs, svc)
+	}
+	cfg.Spec.Serving.ExtraSANs = append(cfg.Spec.Serving.ExtraSANs, "new.example.com", "198.51.100.9")
+	c, err = Complete(cfg, Inputs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := KonnectivityServingCertConfig(c); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("a new extra SAN changed the konnectivity server's certificate: %v -> %v", before, after)
 	}
 }
 
@@ -128,8 +156,10 @@ func TestDesiredDeployment_KonnectivityScaleRollsNoPod(t *testing.T) {
 	}
 }
 
-// The agents reach the apiservers, to count the servers, where they reach
-// the servers: on the agents' host, at the Service's ports or node ports.
+// The agents reach the apiservers, to count the servers, at the external
+// host name (the tenant's Service; the agents' Service has a load balancer
+// of its own), or at the agents' host without one, at the Service's ports
+// or node ports.
 func TestKonnectivityAgentKubeconfig_ReachesTheApiserversWhereTheNodesDo(t *testing.T) {
 	for name, tt := range map[string]struct {
 		edit            func(*v1alpha1.ApiServerConfigSpec)
@@ -139,7 +169,10 @@ func TestKonnectivityAgentKubeconfig_ReachesTheApiserversWhereTheNodesDo(t *test
 		"agents' own ports": {func(s *v1alpha1.ApiServerConfigSpec) {
 			s.Konnectivity.Agent.APIPort, s.Konnectivity.Agent.Port = ptr.To[int32](8443), ptr.To[int32](9132)
 		}, "https://konnectivity.tenants.example.com:8443", "9132"},
-		"agents' own host": {func(s *v1alpha1.ApiServerConfigSpec) { s.Konnectivity.Agent.Host = "10.1.2.3" }, "https://10.1.2.3:443", "8132"},
+		"agents' own host": {func(s *v1alpha1.ApiServerConfigSpec) { s.Konnectivity.Agent.Host = "10.1.2.3" }, "https://konnectivity.tenants.example.com:443", "8132"},
+		"agents' own host, no external host name": {func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Konnectivity.Agent.Host, s.Serving.ExternalHostname = "10.1.2.3", ""
+		}, "https://10.1.2.3:443", "8132"},
 		"a NodePort Service": {func(s *v1alpha1.ApiServerConfigSpec) {
 			s.Serving.Service.Type, s.Serving.Service.NodePort, s.Konnectivity.NodePort = corev1.ServiceTypeNodePort, ptr.To[int32](30443), ptr.To[int32](30132)
 		}, "https://konnectivity.tenants.example.com:30443", "30132"},

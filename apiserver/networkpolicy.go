@@ -50,9 +50,13 @@ func desiredNetworkPolicy(c *Completed) (*networkingv1.NetworkPolicy, *v1alpha1.
 	status := &v1alpha1.NetworkPolicyStatus{Name: name, Ingress: fmt.Sprintf("any source, TCP port %d", c.Spec.Serving.SecurePort)}
 	ingressPorts := []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(c.Spec.Serving.SecurePort))}}
 	if k := c.Spec.Konnectivity; k != nil {
-		// The agents dial in: the tunnels are opened from the nodes.
-		status.Ingress = fmt.Sprintf("any source, TCP ports %d (apiserver) and %d (konnectivity agents)", c.Spec.Serving.SecurePort, k.Port)
-		ingressPorts = append(ingressPorts, networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(k.Port))})
+		// The agents dial in: the tunnels are opened from the nodes. The
+		// operator reads the server's readiness for the pod's gate.
+		status.Ingress = fmt.Sprintf("any source, TCP ports %d (apiserver), %d (konnectivity agents) and %d (konnectivity server's health, which the operator reads)",
+			c.Spec.Serving.SecurePort, k.Port, KonnectivityHealthPort)
+		ingressPorts = append(ingressPorts,
+			networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(k.Port))},
+			networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(KonnectivityHealthPort))})
 	}
 	egress := make([]networkingv1.NetworkPolicyEgressRule, 0, len(np.Egress)+len(c.Etcd.Addresses)+1)
 	for i, r := range np.Egress {

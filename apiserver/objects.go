@@ -222,9 +222,6 @@ func DesiredService(c *Completed) *corev1.Service {
 	if n := c.Spec.Serving.Service.NodePort; n != nil {
 		svc.Spec.Ports[0].NodePort = *n
 	}
-	if usesKonnectivity(c) {
-		svc.Spec.Ports = append(svc.Spec.Ports, konnectivityServicePort(c))
-	}
 	if a := c.Spec.Serving.Service.Annotations; len(a) > 0 {
 		svc.Annotations = a
 	}

@@ -83,6 +83,9 @@ func TestDesiredObjects_Golden(t *testing.T) {
 			if pdb := desiredPodDisruptionBudget(c); pdb != nil {
 				objs = append(objs, pdb)
 			}
+			if ks := desiredKonnectivityService(c); ks != nil {
+				objs = append(objs, ks)
+			}
 			agent, err := desiredKonnectivityAgentConfigMap(c, testKonnectivityCA, "")
 			if err != nil {
 				t.Fatal(err)

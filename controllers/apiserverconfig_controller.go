@@ -116,6 +116,10 @@ type ApiServerConfigReconciler struct {
 	// a tenant's data checks there that no other tenant's keys are under
 	// its prefix. Nil deletes no data (deletionPolicy Delete then waits).
 	TenantIndex *tenantindex.Tenants
+	// KonnectivityProbe looks at an apiserver pod's konnectivity server
+	// for its readiness gate (probeKonnectivityServer, on the pod's
+	// address, when nil).
+	KonnectivityProbe KonnectivityProber
 	// RemovedAPIQuietPeriod is how long no client may have called an API
 	// the target minor removed before a held upgrade goes ahead
 	// (DefaultRemovedAPIQuietPeriod when zero).

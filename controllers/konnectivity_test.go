@@ -39,8 +39,8 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 	})
 	createReady(t, cfg)
 	np := get(t, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.NetworkPolicyName("edge")}})
-	if ports := np.Spec.Ingress[0].Ports; len(ports) != 2 || ports[1].Port.IntValue() != apiserver.DefaultKonnectivityPort {
-		t.Errorf("the NetworkPolicy lets in %+v, want the apiservers' port and the agents' %d", ports, apiserver.DefaultKonnectivityPort)
+	if ports := np.Spec.Ingress[0].Ports; len(ports) != 3 || ports[1].Port.IntValue() != apiserver.DefaultKonnectivityPort || ports[2].Port.IntValue() != apiserver.KonnectivityHealthPort {
+		t.Errorf("the NetworkPolicy lets in %+v, want the apiservers' port, the agents' %d and the server's health %d (the operator's gate reads it)", ports, apiserver.DefaultKonnectivityPort, apiserver.KonnectivityHealthPort)
 	}
 
 	// The server's client certificate: the tenant's CA signs it, for
@@ -77,8 +77,10 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 	if err != nil {
 		t.Fatalf("the konnectivity server's serving Secret: %v", err)
 	}
-	if _, err := agentServing.Cert().Verify(x509.VerifyOptions{Roots: agentRoots, DNSName: "edge-apiserver." + ns + ".svc"}); err != nil {
-		t.Errorf("the agents cannot verify the konnectivity server by the Service's name with the konnectivity CA: %v", err)
+	for _, name := range []string{"edge.tenants.example.com", apiserver.KonnectivityServiceName("edge") + "." + ns + ".svc"} {
+		if _, err := agentServing.Cert().Verify(x509.VerifyOptions{Roots: agentRoots, DNSName: name}); err != nil {
+			t.Errorf("the agents cannot verify the konnectivity server as %s with the konnectivity CA: %v", name, err)
+		}
 	}
 	if _, err := agentServing.Cert().Verify(x509.VerifyOptions{Roots: roots}); err == nil {
 		t.Error("the tenant's CA signs the konnectivity server's certificate for the agents: a rotation of it would break their trust")
@@ -110,10 +112,15 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 		}
 	}
 
-	// The agents' port, on the Service and the sidecar.
+	// The agents' port, on a Service of its own that sends to pods not
+	// ready yet (whose gate waits for an agent), and on the sidecar.
 	svc := get(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.ServiceName("edge")}})
-	if len(svc.Spec.Ports) != 2 || svc.Spec.Ports[1].Name != "konnectivity" || svc.Spec.Ports[1].Port != apiserver.DefaultKonnectivityPort {
-		t.Errorf("the Service's ports are %+v, want https and konnectivity %d", svc.Spec.Ports, apiserver.DefaultKonnectivityPort)
+	if len(svc.Spec.Ports) != 1 {
+		t.Errorf("the tenant's Service has ports %+v, want https only: it sends only to ready apiservers", svc.Spec.Ports)
+	}
+	agentsSvc := get(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.KonnectivityServiceName("edge")}})
+	if p := agentsSvc.Spec.Ports; len(p) != 1 || p[0].Name != "konnectivity" || p[0].Port != apiserver.DefaultKonnectivityPort || !agentsSvc.Spec.PublishNotReadyAddresses {
+		t.Errorf("the agents' Service has ports %+v, publishNotReadyAddresses %v; want konnectivity %d, true", p, agentsSvc.Spec.PublishNotReadyAddresses, apiserver.DefaultKonnectivityPort)
 	}
 	d := waitForDeployment(t, cfg)
 	pod := d.Spec.Template.Spec
@@ -158,9 +165,14 @@ func TestApiServerConfigReconciler_KonnectivityServerGetsItsCertificateAndPort(t
 		if c := containerNamed(d.Spec.Template.Spec.InitContainers, "konnectivity-server"); c != nil {
 			return fmt.Errorf("the pods still run the konnectivity server")
 		}
-		svc := get(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.ServiceName("edge")}})
-		if len(svc.Spec.Ports) != 1 {
-			return fmt.Errorf("the Service still has ports %+v", svc.Spec.Ports)
+		if len(d.Spec.Template.Spec.ReadinessGates) != 0 {
+			return fmt.Errorf("the pods still wait for a konnectivity agent")
+		}
+		switch err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.KonnectivityServiceName("edge")}, &corev1.Service{}); {
+		case err == nil:
+			return fmt.Errorf("the agents' Service is still there")
+		case !apierrors.IsNotFound(err):
+			return err
 		}
 		switch err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.KonnectivityAgentConfigMapName("edge")}, &corev1.ConfigMap{}); {
 		case err == nil:

@@ -117,6 +117,7 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 		{"References", r.checkReferences},
 		{"Datastore", r.findDatastore},
 		{"Service", r.reconcileService},
+		{"Konnectivity", r.gateKonnectivity},
 		{"PKI", r.reconcilePKI},
 		{"Etcd", r.reconcileEtcd},
 		{"Sizing", r.reconcileSizing},

@@ -82,6 +82,8 @@ func run(m *testing.M) (int, error) {
 		Etcd:        tenantio.EtcdV3{Timeout: 2 * time.Second},
 		Tenants:     connectTestTenant,
 		TenantIndex: tenantIndex,
+		// The konnectivity servers of the tests' pods (envtest runs none).
+		KonnectivityProbe: probeTestKonnectivity,
 		// Short intervals, so that Auto sizing is observable in a test.
 		AutoSizingInterval: time.Second,
 		CATrustPropagation: time.Second,

@@ -96,7 +96,11 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 		}
 		fmt.Fprintf(&out, "#     %s%s\n", a, sep)
 	}
-	objs := []any{desired.Service, desired.ConfigMap, desired.Deployment}
+	objs := []any{desired.Service}
+	if ks := desired.KonnectivityService; ks != nil {
+		objs = append(objs, ks)
+	}
+	objs = append(objs, desired.ConfigMap, desired.Deployment)
 	if pdb := desired.PodDisruptionBudget; pdb != nil {
 		objs = append(objs, pdb)
 	}

@@ -76,7 +76,9 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 	agentPort := freePort(t)
 	var konnectivity *v1alpha1.KonnectivitySpec
 	if withProxy {
-		konnectivity = &v1alpha1.KonnectivitySpec{Port: int32(agentPort)}
+		// The agents dial the server on loopback, which its certificate
+		// names because the spec does.
+		konnectivity = &v1alpha1.KonnectivitySpec{Port: int32(agentPort), Agent: v1alpha1.KonnectivityAgentSpec{Host: "127.0.0.1"}}
 	}
 	cfg := &v1alpha1.ApiServerConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "boot", Namespace: "tenants"},

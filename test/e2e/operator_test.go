@@ -373,6 +373,17 @@ func clientKey(obj client.Object) client.ObjectKey { return client.ObjectKeyFrom
 // through the NodePort.
 func tenantKubectl(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, args ...string) string {
 	t.Helper()
+	out, err := run(t, nil, "kubectl", append(tenantKubectlArgs(t, c, cfg), args...)...)
+	if err != nil {
+		t.Fatalf("kubectl %s against the tenant: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// tenantKubectlArgs are kubectl's flags that reach the tenant through its
+// NodePort with the admin kubeconfig the operator wrote.
+func tenantKubectlArgs(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) []string {
+	t.Helper()
 	ctx := context.Background()
 	secret := &corev1.Secret{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.AdminKubeconfigSecretName(cfg.Name)}, secret); err != nil {
@@ -386,14 +397,9 @@ func tenantKubectl(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig,
 	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.ServiceName(cfg.Name)}, svc); err != nil {
 		t.Fatal(err)
 	}
-	all := append([]string{"--kubeconfig", path,
+	return []string{"--kubeconfig", path,
 		"--server", fmt.Sprintf("https://%s:%d", cluster.NodeIP(), svc.Spec.Ports[0].NodePort),
-		"--tls-server-name", apiserver.ServiceName(cfg.Name) + "." + cfg.Namespace + ".svc"}, args...)
-	out, err := run(t, nil, "kubectl", all...)
-	if err != nil {
-		t.Fatalf("kubectl %s against the tenant: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
+		"--tls-server-name", apiserver.ServiceName(cfg.Name) + "." + cfg.Namespace + ".svc"}
 }
 
 // waitReachable waits until the tenant answers through its NodePort:

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
 // rotationPhase is the phase of a rotation in status.
@@ -88,13 +90,30 @@ func (r *refreshingClient) get() (*kubernetes.Clientset, *rest.Config, error) {
 }
 
 // Scenario 4: serving certificate renewal, CA rotation and service-account
-// key rotation while clients call the tenant: no request fails, the
-// serving renewal restarts nothing, and a token issued before the
-// service-account key rotation keeps working through the overlap.
+// key rotation while clients call the tenant and exec into a pod of a node
+// behind NAT, through konnectivity: no request or exec fails, the serving
+// renewal restarts nothing, the agent is never restarted, and a token
+// issued before the service-account key rotation keeps working through the
+// overlap. Without the proxy, logs, exec and port-forward fail, which
+// proves that they took the tunnel.
 func TestOperator_RotationsFailNoRequest(t *testing.T) {
-	c, cfg, tenant := startTenant(t, "rotated", func(cfg *v1alpha1.ApiServerConfig) { cfg.Spec.MasterCount = ptrTo[int32](2) })
+	c, cfg, tenant := startTenant(t, "rotated", func(cfg *v1alpha1.ApiServerConfig) {
+		cfg.Spec.MasterCount = ptrTo[int32](2)
+		withKonnectivity(cfg)
+	})
 	ns := cfg.Namespace
 	ctx := context.Background()
+
+	// A node behind NAT, its agent and a workload: logs, exec and
+	// port-forward through the tenant reach it.
+	manifests := publishAgentPorts(t, c, cfg)
+	node := startNATNode(t, c, cfg, tenant)
+	agentStart := time.Now()
+	agent := applyAgents(t, c, cfg, tenant, manifests)
+	t.Logf("konnectivity agent on the NAT node Ready in %s", time.Since(agentStart).Round(100*time.Millisecond))
+	runNodeApp(t, tenant)
+	took := waitNodeCalls(t, c, cfg, 2*time.Minute)
+	t.Logf("kubectl logs, exec and port-forward to a pod of the NAT node work through the tenant (after %s)", took.Round(100*time.Millisecond))
 
 	// A token issued before any rotation, and a client using it.
 	if _, err := tenant.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "long-lived"}}, metav1.CreateOptions{}); err != nil {
@@ -134,10 +153,36 @@ func TestOperator_RotationsFailNoRequest(t *testing.T) {
 		}
 		return nil
 	}, 500*time.Millisecond)
+	execLoop := startClientLoop(func(ctx context.Context) error {
+		_, current, err := admin.get()
+		if err != nil {
+			return err
+		}
+		out, err := execIn(ctx, current, "/nodeapp", "echo", "exec", "through", "the", "tunnel")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) != "exec through the tunnel" {
+			return fmt.Errorf("exec answered %q", out)
+		}
+		return nil
+	}, 500*time.Millisecond)
+	// The platform gives the node the CA bundle the operator publishes,
+	// as it gives it to clients: the node verifies the apiservers' kubelet
+	// client certificate with it.
+	stopFollowing := startPolling(2*time.Second, func(ctx context.Context) {
+		s := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.CASecretName(cfg.Name)}, s); err == nil {
+			if err := node.SetClientCA(s.Data[apiserver.CABundleKey]); err != nil {
+				t.Errorf("giving the node the tenant's CA bundle: %v", err)
+			}
+		}
+	})
 
-	// Serving certificate: a new SAN renews it; kube-apiserver re-reads it.
-	// Ready for the new generation means the pass that renewed it applied
-	// the Deployment and saw it rolled out: no new template, no restart.
+	// Serving certificate: a new SAN renews it; kube-apiserver re-reads it,
+	// and the konnectivity server's certificate does not name it. Ready for
+	// the new generation means the pass that renewed it applied the
+	// Deployment and saw it rolled out: no new template, no restart.
 	pods := podUIDs(t, c, cfg)
 	managementKubectl(t, "-n", ns, "patch", "asc/rotated", "--type=merge", "-p", `{"spec":{"serving":{"extraSANs":["rotated.example.com"]}}}`)
 	waitReady(t, c, cfg, 3*time.Minute)
@@ -163,6 +208,28 @@ func TestOperator_RotationsFailNoRequest(t *testing.T) {
 
 	adminLoop.finish(t, "admin client during the rotations")
 	tokenLoop.finish(t, "client with a token issued before the rotations")
+	execLoop.finish(t, "exec into the NAT node's pod through konnectivity during the rotations")
+	stopFollowing()
+	current, _, err := admin.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := restartsOf(ctx, current, agent); n != 0 {
+		t.Errorf("the konnectivity agent restarted during the rotations (restarts %d, -1: replaced)", n)
+	}
+
+	// Without the proxy, the apiservers have no way to the node.
+	managementKubectl(t, "-n", ns, "patch", "asc/rotated", "--type=json", "-p", `[{"op":"remove","path":"/spec/konnectivity"}]`)
+	waitReady(t, c, cfg, 3*time.Minute)
+	waitNoKonnectivityServer(t, c, cfg, 3*time.Minute)
+	failed := nodeCalls(t, c, cfg, 6*time.Second)
+	for _, call := range []string{"logs", "exec", "port-forward"} {
+		if failed[call] == nil {
+			t.Errorf("kubectl %s reached the NAT node's pod without konnectivity: the node is not behind NAT", call)
+		} else {
+			t.Logf("without konnectivity, kubectl %s fails: %v", call, failed[call])
+		}
+	}
 }
 
 func ptrTo[T any](v T) *T { return &v }
