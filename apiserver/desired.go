@@ -103,7 +103,7 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Objects{Args: args, Service: DesiredService(c), KonnectivityService: desiredKonnectivityService(c), PodDisruptionBudget: desiredPodDisruptionBudget(c)}
+	o := &Objects{Args: args, Service: DesiredService(c), KonnectivityService: DesiredKonnectivityService(c), PodDisruptionBudget: desiredPodDisruptionBudget(c)}
 	o.NetworkPolicy, _ = desiredNetworkPolicy(c)
 	if o.ConfigMap, err = desiredConfigMap(c, env.OIDCCA); err != nil {
 		return nil, err

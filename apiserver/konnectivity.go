@@ -59,8 +59,9 @@ const (
 	// port upstream's documentation uses.
 	DefaultKonnectivityPort = 8132
 	// KonnectivityAdminPort (loopback only: metrics, pprof) and
-	// KonnectivityHealthPort (kubelet's probes) are the server's other
-	// ports in the pod.
+	// KonnectivityHealthPort (kubelet's probes, and the readiness the
+	// operator reads for the pods' gate) are the server's other ports in
+	// the pod.
 	KonnectivityAdminPort  = 8133
 	KonnectivityHealthPort = 8134
 
@@ -346,9 +347,16 @@ func validateKonnectivity(spec *v1alpha1.ApiServerConfigSpec, specPath *field.Pa
 	if spec.Konnectivity == nil {
 		return nil
 	}
-	if spec.Konnectivity.Agent.Host == "" && spec.Serving.Service.Type == corev1.ServiceTypeLoadBalancer {
-		*warnings = append(*warnings, "spec.konnectivity.agent.host: the agents' Service gets a load balancer of its own, and the agents dial spec.serving.externalHostname, which names the apiservers' one: "+
-			"set the host to the address of the agents' load balancer (or to a name of it)")
+	if spec.Serving.Service.Type == corev1.ServiceTypeLoadBalancer {
+		// Two load balancers: the apiservers' and the agents' own.
+		if spec.Konnectivity.Agent.Host == "" {
+			*warnings = append(*warnings, "spec.konnectivity.agent.host: the agents' Service gets a load balancer of its own, and the agents dial spec.serving.externalHostname, which names the apiservers' one: "+
+				"set the host to the address of the agents' load balancer (or to a name of it)")
+		}
+		if spec.Serving.ExternalHostname == "" {
+			*warnings = append(*warnings, "spec.serving.externalHostname: the konnectivity agents read the servers' Leases from the apiservers at this name, and without it at spec.konnectivity.agent.host, the agents' load balancer, which does not serve the apiservers' port: "+
+				"set it to a name of the apiservers' load balancer")
+		}
 	}
 	if k, svc := spec.Konnectivity, spec.Serving.Service; svc.Type == corev1.ServiceTypeNodePort {
 		// The node ports a Service is given are not known when the

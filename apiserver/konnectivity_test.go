@@ -82,29 +82,38 @@ func TestValidate_KonnectivityNeedsTheApiserverOnLoopback(t *testing.T) {
 	}
 }
 
-// TestValidate_WarnsWhenTheAgentsWouldDialTheApiserversLoadBalancer: the
+// TestValidate_WarnsWhenTheAgentsWouldDialTheWrongLoadBalancer: the
 // agents' Service of a LoadBalancer tenant has a load balancer of its
-// own; agents sent to the external host name would reach the apiservers'.
-func TestValidate_WarnsWhenTheAgentsWouldDialTheApiserversLoadBalancer(t *testing.T) {
+// own; agents sent to the external host name would reach the apiservers',
+// and without an external host name they would look for the apiservers at
+// their own.
+func TestValidate_WarnsWhenTheAgentsWouldDialTheWrongLoadBalancer(t *testing.T) {
 	for _, tt := range []struct {
-		host  string
-		typ   corev1.ServiceType
-		warns bool
+		host, external string
+		typ            corev1.ServiceType
+		warns          string
 	}{
-		{"", corev1.ServiceTypeLoadBalancer, true},
-		{"agents.example.com", corev1.ServiceTypeLoadBalancer, false},
-		{"", corev1.ServiceTypeNodePort, false},
-		{"", corev1.ServiceTypeClusterIP, false},
+		{"", "edge.example.com", corev1.ServiceTypeLoadBalancer, "spec.konnectivity.agent.host"},
+		{"agents.example.com", "edge.example.com", corev1.ServiceTypeLoadBalancer, ""},
+		{"agents.example.com", "", corev1.ServiceTypeLoadBalancer, "spec.serving.externalHostname"},
+		{"", "edge.example.com", corev1.ServiceTypeNodePort, ""},
+		{"10.0.0.7", "", corev1.ServiceTypeNodePort, ""},
+		{"", "edge.example.com", corev1.ServiceTypeClusterIP, ""},
 	} {
 		cfg := &v1alpha1.ApiServerConfig{Spec: v1alpha1.ApiServerConfigSpec{
 			Etcd:         v1alpha1.EtcdSpec{Servers: []string{"https://etcd:2379"}},
-			Serving:      v1alpha1.ServingSpec{ExternalHostname: "edge.example.com", Service: v1alpha1.ServiceSpec{Type: tt.typ}},
+			Serving:      v1alpha1.ServingSpec{ExternalHostname: tt.external, Service: v1alpha1.ServiceSpec{Type: tt.typ}},
 			Konnectivity: &v1alpha1.KonnectivitySpec{Agent: v1alpha1.KonnectivityAgentSpec{Host: tt.host, Port: ptr.To[int32](8132), APIPort: ptr.To[int32](443)}},
 		}}
 		_, warnings := Validate(cfg)
-		warned := slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, "spec.konnectivity.agent.host") })
-		if warned != tt.warns {
-			t.Errorf("host %q on a %s Service: warned %v, want %v (%v)", tt.host, tt.typ, warned, tt.warns, warnings)
+		var warned []string
+		for _, w := range warnings {
+			if strings.HasPrefix(w, "spec.konnectivity.agent.host") || strings.HasPrefix(w, "spec.serving.externalHostname") {
+				warned = append(warned, w)
+			}
+		}
+		if tt.warns == "" && len(warned) > 0 || tt.warns != "" && (len(warned) != 1 || !strings.HasPrefix(warned[0], tt.warns)) {
+			t.Errorf("host %q, externalHostname %q on a %s Service: warned %q, want one at %q", tt.host, tt.external, tt.typ, warned, tt.warns)
 		}
 	}
 }
@@ -538,5 +547,26 @@ func TestValidate_KonnectivityOwnsTheSNICertificates(t *testing.T) {
 		if refused != konnectivity {
 			t.Errorf("a user's --tls-sni-cert-key with konnectivity %v: refused %v, want %v (%v)", konnectivity, refused, konnectivity, errs)
 		}
+	}
+}
+
+// TestDesiredKonnectivityService_HasItsOwnAnnotations: the agents'
+// Service takes spec.konnectivity.serviceAnnotations, never the tenant
+// Service's (an external-dns name of the apiservers would then name the
+// agents' load balancer too), and sends to pods that are not ready.
+func TestDesiredKonnectivityService_HasItsOwnAnnotations(t *testing.T) {
+	cfg := sample(t, "konnectivity")
+	cfg.Spec.Serving.Service.Annotations = map[string]string{"external-dns.alpha.kubernetes.io/hostname": "edge.example.com"}
+	cfg.Spec.Konnectivity.ServiceAnnotations = map[string]string{"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}
+	svc := DesiredKonnectivityService(complete(t, cfg, Inputs{}))
+	if !maps.Equal(svc.Annotations, cfg.Spec.Konnectivity.ServiceAnnotations) {
+		t.Errorf("the agents' Service has the annotations %v, want %v", svc.Annotations, cfg.Spec.Konnectivity.ServiceAnnotations)
+	}
+	if svc.Spec.Type != cfg.Spec.Serving.Service.Type || !svc.Spec.PublishNotReadyAddresses || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != DefaultKonnectivityPort {
+		t.Errorf("the agents' Service is %+v, want the tenant Service's type, pods not ready published, the agents' port", svc.Spec)
+	}
+	cfg.Spec.Konnectivity = nil
+	if svc := DesiredKonnectivityService(complete(t, cfg, Inputs{})); svc != nil {
+		t.Errorf("a tenant without spec.konnectivity has the agents' Service %s", svc.Name)
 	}
 }

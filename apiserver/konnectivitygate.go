@@ -17,13 +17,14 @@ const KonnectivityAgentsGate corev1.PodConditionType = "controlplane.apiserver-o
 // konnectivity servers of all apiserver pods, ready or not.
 func KonnectivityServiceName(name string) string { return name + "-konnectivity" }
 
-// desiredKonnectivityService is the agents' Service: of the type of the
-// tenant's Service, with its annotations (a load balancer's settings), to
-// every apiserver pod's konnectivity server, ready or not. An apiserver
+// DesiredKonnectivityService is the agents' Service: of the type of the
+// tenant's Service, with spec.konnectivity.serviceAnnotations (not the
+// tenant Service's), to every apiserver pod's konnectivity server, ready
+// or not. An apiserver
 // whose gate waits for an agent is not ready: through the tenant's
 // Service, which only sends to ready pods, no agent would ever reach it.
 // nil without spec.konnectivity.
-func desiredKonnectivityService(c *Completed) *corev1.Service {
+func DesiredKonnectivityService(c *Completed) *corev1.Service {
 	if !usesKonnectivity(c) {
 		return nil
 	}
@@ -37,7 +38,7 @@ func desiredKonnectivityService(c *Completed) *corev1.Service {
 			PublishNotReadyAddresses: true,
 		},
 	}
-	if a := c.Spec.Serving.Service.Annotations; len(a) > 0 {
+	if a := c.Spec.Konnectivity.ServiceAnnotations; len(a) > 0 {
 		svc.Annotations = a
 	}
 	return svc

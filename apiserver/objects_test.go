@@ -83,7 +83,7 @@ func TestDesiredObjects_Golden(t *testing.T) {
 			if pdb := desiredPodDisruptionBudget(c); pdb != nil {
 				objs = append(objs, pdb)
 			}
-			if ks := desiredKonnectivityService(c); ks != nil {
+			if ks := DesiredKonnectivityService(c); ks != nil {
 				objs = append(objs, ks)
 			}
 			agent, err := desiredKonnectivityAgentConfigMap(c, testKonnectivityCA, "")

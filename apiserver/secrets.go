@@ -39,7 +39,8 @@ type PKISecrets struct {
 	EtcdCA     []byte
 	// KonnectivityCA is the one CA the konnectivity agents trust; it
 	// signs KonnectivityServing, the server's certificate for the agents
-	// (the serving certificate's SANs), and KonnectivityAPIServer,
+	// (for what they dial: KonnectivityServingCertConfig), and
+	// KonnectivityAPIServer,
 	// kube-apiserver's for KonnectivityAgentServerName. The CA signs
 	// KonnectivityClient, the server's client certificate
 	// (KonnectivityServerUser). All nil unless spec.konnectivity is set.

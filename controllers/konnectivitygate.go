@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
@@ -28,93 +31,194 @@ const (
 	// agent's tunnel before it serves without one (with a Warning event):
 	// agents that cannot reach new servers hold no rollout forever.
 	konnectivityGateTimeout = 2 * time.Minute
-	// konnectivityGateRequeue is how soon a pass looks again at a pod
-	// that waits for an agent: agents dial about once a second.
-	konnectivityGateRequeue = time.Second
+	// A pod that waits is looked at again every second for
+	// konnectivityGateFastFor (agents dial about once a second), then
+	// every konnectivityGateSlowRequeue: agents that do not come soon
+	// cost the operator a pass every few seconds, not every second.
+	konnectivityGateFastRequeue = time.Second
+	konnectivityGateSlowRequeue = 5 * time.Second
+	konnectivityGateFastFor     = 15 * time.Second
+	// konnectivityGateProbes is how many servers of a tenant are looked
+	// at side by side.
+	konnectivityGateProbes = 4
 )
 
-// gateKonnectivity opens the readiness gate of the apiserver pods of a
-// tenant with spec.konnectivity (apiserver.KonnectivityAgentsGate) once
-// they can carry the tenant's traffic to its nodes. Without it a new
-// apiserver would turn Ready, and take requests, a second or two before
-// any agent holds a tunnel to its konnectivity server, and fail each
-// logs, exec, port-forward or webhook call to a node with "No agent
-// available" meanwhile: every rollout would fail calls. A pod's gate
-// opens when its server holds a tunnel, when no server of the tenant holds
-// one (a tenant without nodes), or after konnectivityGateTimeout. The
-// agents reach a pod whose gate is closed through the agents' Service,
-// which publishes pods that are not ready.
-//
-// Only pods that wait are looked at, with every running server of the
-// tenant: a tenant costs nothing here between rollouts.
+// gateKonnectivity is the pass's step for the konnectivity readiness gate
+// (see gateKonnectivityPods). It never fails the pass: the rest of the
+// tenant (certificates, the Deployment) must not wait on a pod's gate; a
+// failed write of a condition is logged and looked at again soon.
 func (r *ApiServerConfigReconciler) gateKonnectivity(ctx context.Context, p *pass) error {
-	if p.c == nil || p.c.Spec.Konnectivity == nil {
-		return nil
-	}
-	var waiting []*corev1.Pod
-	for i := range p.pods {
-		if gateWaits(&p.pods[i]) {
-			waiting = append(waiting, &p.pods[i])
-		}
-	}
-	if len(waiting) == 0 {
-		return nil
-	}
-	probe := r.konnectivityProber()
-	connected := map[types.UID]bool{}
-	anyAgent, unknown := false, 0
-	for i := range p.pods {
-		pod := &p.pods[i]
-		if pod.Status.PodIP == "" || pod.DeletionTimestamp != nil {
-			continue
-		}
-		ok, err := probe(ctx, pod.Status.PodIP)
-		if err != nil {
-			ctrl.LoggerFrom(ctx).V(1).Info("Looking at a konnectivity server failed", "pod", klog.KObj(pod), "error", err.Error())
-			unknown++
-			continue
-		}
-		connected[pod.UID] = ok
-		anyAgent = anyAgent || ok
-	}
-	for _, pod := range waiting {
-		var reason, message string
-		waited := p.now.Sub(containersReadySince(pod))
-		switch {
-		case connected[pod.UID]:
-			reason, message = "AgentConnected", "an agent holds a tunnel to the pod's konnectivity server"
-		case !anyAgent && unknown == 0:
-			reason, message = "NoAgents", "no konnectivity server of the tenant holds a tunnel from an agent"
-		case waited >= konnectivityGateTimeout:
-			reason = "NoAgentInTime"
-			message = fmt.Sprintf("no agent opened a tunnel to the pod's konnectivity server within %s; it serves without one: calls to the tenant's nodes through it fail until an agent connects", konnectivityGateTimeout)
-			r.event(p.cfg, corev1.EventTypeWarning, "KonnectivityAgentMissing", "Gate",
-				"Apiserver pod %s serves without a konnectivity agent: %s (check that the agents reach the agents' Service %s and trust its certificate)",
-				pod.Name, message, apiserver.KonnectivityServiceName(p.cfg.Name))
-		default:
-			p.requeueWithin(konnectivityGateRequeue)
-			continue
-		}
-		if err := r.openKonnectivityGate(ctx, pod, reason, message, p.now); err != nil {
-			return err
-		}
+	if d := r.gateKonnectivityPods(ctx, p.cfg, p.pods, p.now); d > 0 {
+		p.requeueWithin(d)
 	}
 	return nil
 }
 
-// gateWaits: pod has the konnectivity readiness gate, its containers are
-// ready, and the gate is not open.
-func gateWaits(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
-		return false
+// gateKonnectivityPaused is the gate of a paused tenant's pods, listed
+// from the cache; a failed list is looked at again soon.
+func (r *ApiServerConfigReconciler) gateKonnectivityPaused(ctx context.Context, cfg *v1alpha1.ApiServerConfig) time.Duration {
+	if cfg.Spec.Konnectivity == nil {
+		return 0
 	}
-	gated := false
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Listing the apiserver pods of a paused tenant for their konnectivity gate failed", "error", err.Error())
+		return konnectivityGateSlowRequeue
+	}
+	return r.gateKonnectivityPods(ctx, cfg, pods.Items, r.Clock.Now())
+}
+
+// gateKonnectivityPods opens the readiness gate of the apiserver pods of a
+// tenant with spec.konnectivity (apiserver.KonnectivityAgentsGate) once
+// they can carry the tenant's traffic to its nodes, and returns how soon
+// to look again (0: nothing waits). Without the gate a new apiserver would
+// turn Ready, and take requests, a second or two before any agent holds a
+// tunnel to its konnectivity server, and fail each logs, exec,
+// port-forward or webhook call to a node with "No agent available"
+// meanwhile: every rollout would fail calls. The agents reach a pod whose
+// gate is closed through the agents' Service, which publishes pods that
+// are not ready. decideKonnectivityGate says when the gate opens.
+//
+// Only the servers of pods that carry the gate are looked at (a pod from
+// before spec.konnectivity has none), and only while one of them waits:
+// a tenant costs nothing here between rollouts.
+func (r *ApiServerConfigReconciler) gateKonnectivityPods(ctx context.Context, cfg *v1alpha1.ApiServerConfig, pods []corev1.Pod, now time.Time) time.Duration {
+	if cfg.Spec.Konnectivity == nil {
+		return 0
+	}
+	var gated, waiting []*corev1.Pod
+	for i := range pods {
+		pod := &pods[i]
+		if !hasKonnectivityGate(pod) || pod.DeletionTimestamp != nil || podEnded(pod) || pod.Status.PodIP == "" {
+			continue
+		}
+		gated = append(gated, pod)
+		if gateWaits(pod) {
+			waiting = append(waiting, pod)
+		}
+	}
+	if len(waiting) == 0 {
+		return 0
+	}
+	looks := r.lookAtKonnectivityServers(ctx, gated)
+	anyAgent, unknown := false, 0
+	for _, l := range looks {
+		anyAgent = anyAgent || l.connected
+		if l.err != nil {
+			unknown++
+		}
+	}
+	requeue := time.Duration(0)
+	log := ctrl.LoggerFrom(ctx)
+	for _, pod := range waiting {
+		since, seen := gateWaitingSince(pod)
+		if !seen {
+			since = now
+		}
+		l := looks[pod.UID]
+		d := decideKonnectivityGate(l.connected, anyAgent, unknown, now.Sub(since))
+		if d.open && d.reason == v1alpha1.ReasonNoAgentInTime {
+			r.event(cfg, corev1.EventTypeWarning, v1alpha1.ReasonNoAgentInTime, "Gate",
+				"Apiserver pod %s serves without a konnectivity agent: %s (check that the agents reach the agents' Service %s and trust its certificate)",
+				pod.Name, d.message, apiserver.KonnectivityServiceName(cfg.Name))
+		}
+		if !d.open {
+			requeue = sooner(requeue, d.requeue)
+			if seen {
+				continue
+			}
+		}
+		if err := r.setKonnectivityGate(ctx, pod, d, now); err != nil {
+			if !apierrors.IsNotFound(err) {
+				log.Info("Writing the konnectivity readiness gate failed; looking again soon", "pod", klog.KObj(pod), "error", err.Error())
+				requeue = sooner(requeue, konnectivityGateFastRequeue)
+			}
+			continue
+		}
+		if d.open {
+			log.Info("Opened the konnectivity readiness gate", "pod", klog.KObj(pod), "reason", d.reason)
+		}
+	}
+	return requeue
+}
+
+// gateDecision is what the gate of a pod that waits does now.
+type gateDecision struct {
+	open            bool
+	reason, message string
+	// requeue is how soon to look again when it stays closed.
+	requeue time.Duration
+}
+
+// decideKonnectivityGate decides the gate of a pod that waits: open when
+// an agent holds a tunnel to its server (connected), when no server of
+// the tenant holds one and every one was looked at (a tenant without
+// nodes), or when it waited konnectivityGateTimeout; closed otherwise.
+func decideKonnectivityGate(connected, anyAgent bool, unknown int, waited time.Duration) gateDecision {
+	switch {
+	case connected:
+		return gateDecision{open: true, reason: v1alpha1.ReasonAgentConnected, message: "an agent holds a tunnel to the pod's konnectivity server"}
+	case !anyAgent && unknown == 0:
+		return gateDecision{open: true, reason: v1alpha1.ReasonNoAgents, message: "no konnectivity server of the tenant holds a tunnel from an agent"}
+	case waited >= konnectivityGateTimeout:
+		return gateDecision{open: true, reason: v1alpha1.ReasonNoAgentInTime, message: fmt.Sprintf(
+			"no agent opened a tunnel to the pod's konnectivity server within %s; it serves without one: calls to the tenant's nodes through it fail until an agent connects", konnectivityGateTimeout)}
+	}
+	why := "agents hold tunnels to other servers of the tenant"
+	if !anyAgent {
+		why = fmt.Sprintf("%d server(s) of the tenant could not be looked at", unknown)
+	}
+	requeue := konnectivityGateSlowRequeue
+	if waited < konnectivityGateFastFor {
+		requeue = konnectivityGateFastRequeue
+	}
+	return gateDecision{reason: v1alpha1.ReasonWaitingForAgent, requeue: requeue, message: fmt.Sprintf(
+		"waiting for an agent's tunnel to the pod's konnectivity server (%s); the pod serves without one after %s", why, konnectivityGateTimeout)}
+}
+
+// serverLook is what a look at a pod's konnectivity server found.
+type serverLook struct {
+	connected bool
+	err       error
+}
+
+// lookAtKonnectivityServers looks at the servers of pods, a few side by
+// side; a server that cannot be looked at has an error.
+func (r *ApiServerConfigReconciler) lookAtKonnectivityServers(ctx context.Context, pods []*corev1.Pod) map[types.UID]serverLook {
+	probe := r.konnectivityProber()
+	out := make(map[types.UID]serverLook, len(pods))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, konnectivityGateProbes)
+	for _, pod := range pods {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			ok, err := probe(ctx, pod.Status.PodIP)
+			if err != nil {
+				ctrl.LoggerFrom(ctx).V(4).Info("Looking at a konnectivity server failed", "pod", klog.KObj(pod), "error", err.Error())
+			}
+			mu.Lock()
+			out[pod.UID] = serverLook{connected: ok && err == nil, err: err}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func hasKonnectivityGate(pod *corev1.Pod) bool {
 	for _, g := range pod.Spec.ReadinessGates {
-		gated = gated || g.ConditionType == apiserver.KonnectivityAgentsGate
+		if g.ConditionType == apiserver.KonnectivityAgentsGate {
+			return true
+		}
 	}
-	if !gated {
-		return false
-	}
+	return false
+}
+
+// gateWaits: pod's containers are ready and its gate is not open.
+func gateWaits(pod *corev1.Pod) bool {
 	containersReady := false
 	for _, c := range pod.Status.Conditions {
 		switch c.Type {
@@ -129,30 +233,35 @@ func gateWaits(pod *corev1.Pod) bool {
 	return containersReady
 }
 
-// containersReadySince is when pod's containers turned ready.
-func containersReadySince(pod *corev1.Pod) time.Time {
+// gateWaitingSince is when the operator first found pod waiting (its
+// gate's condition False), if it did: the wait is timed from there, not
+// from a readiness that may flap.
+func gateWaitingSince(pod *corev1.Pod) (time.Time, bool) {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.ContainersReady {
-			return c.LastTransitionTime.Time
+		if c.Type == apiserver.KonnectivityAgentsGate && c.Status == corev1.ConditionFalse {
+			return c.LastTransitionTime.Time, true
 		}
 	}
-	return time.Time{}
+	return time.Time{}, false
 }
 
-// openKonnectivityGate sets the gate's condition on pod, beside kubelet's
-// own conditions (a strategic merge by type).
-func (r *ApiServerConfigReconciler) openKonnectivityGate(ctx context.Context, pod *corev1.Pod, reason, message string, now time.Time) error {
+// setKonnectivityGate writes the gate's condition on pod as d says,
+// beside kubelet's own conditions (a strategic merge by type): True when
+// it opens, False (why it waits) when it starts waiting.
+func (r *ApiServerConfigReconciler) setKonnectivityGate(ctx context.Context, pod *corev1.Pod, d gateDecision, now time.Time) error {
+	status := corev1.ConditionFalse
+	if d.open {
+		status = corev1.ConditionTrue
+	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
-		Type: apiserver.KonnectivityAgentsGate, Status: corev1.ConditionTrue,
-		Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(now),
+		Type: apiserver.KonnectivityAgentsGate, Status: status, Reason: d.reason, Message: d.message, LastTransitionTime: metav1.NewTime(now),
 	}}}})
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding the konnectivity readiness gate of apiserver pod %s: %w", pod.Name, err)
 	}
 	if err := r.Client.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
-		return fmt.Errorf("opening the konnectivity readiness gate of apiserver pod %s: %w", pod.Name, err)
+		return fmt.Errorf("writing the konnectivity readiness gate of apiserver pod %s: %w", pod.Name, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Opened the konnectivity readiness gate", "pod", klog.KObj(pod), "reason", reason)
 	return nil
 }
 

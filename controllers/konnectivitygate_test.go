@@ -46,9 +46,10 @@ func probeTestKonnectivity(_ context.Context, podIP string) (bool, error) {
 }
 
 // gatedPod creates an apiserver pod of cfg with the konnectivity gate, as
-// the Deployment's template has it, at address ip, with ready containers
-// since readySince and the gate as open says; its server is returned.
-func gatedPod(t *testing.T, cfg *v1alpha1.ApiServerConfig, name, ip string, readySince time.Time, open bool) (*corev1.Pod, *testServer) {
+// the Deployment's template has it, at address ip, with ready containers;
+// its gate's condition has status gate (none when empty) since since. Its
+// server is returned.
+func gatedPod(t *testing.T, cfg *v1alpha1.ApiServerConfig, name, ip string, gate corev1.ConditionStatus, since time.Time) (*corev1.Pod, *testServer) {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
@@ -64,14 +65,16 @@ func gatedPod(t *testing.T, cfg *v1alpha1.ApiServerConfig, name, ip string, read
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	since := metav1.NewTime(readySince)
+	at := metav1.NewTime(since)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, Conditions: []corev1.PodCondition{
-		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: since},
-		{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: since},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: at},
+		{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: at},
 	}}
-	if open {
-		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: apiserver.KonnectivityAgentsGate, Status: corev1.ConditionTrue, Reason: "AgentConnected", LastTransitionTime: since})
-		pod.Status.Conditions[1].Status = corev1.ConditionTrue
+	if gate != "" {
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: apiserver.KonnectivityAgentsGate, Status: gate, Reason: "Test", LastTransitionTime: at})
+		if gate == corev1.ConditionTrue {
+			pod.Status.Conditions[1].Status = corev1.ConditionTrue
+		}
 	}
 	if err := env.Client.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -82,16 +85,25 @@ func gatedPod(t *testing.T, cfg *v1alpha1.ApiServerConfig, name, ip string, read
 // gateOf is the reason of pod's open gate, "" while it is closed.
 func gateOf(t *testing.T, pod *corev1.Pod) string {
 	t.Helper()
+	if c := gateCondition(t, pod); c != nil && c.Status == corev1.ConditionTrue {
+		return c.Reason
+	}
+	return ""
+}
+
+// gateCondition is pod's gate's condition as the API server has it.
+func gateCondition(t *testing.T, pod *corev1.Pod) *corev1.PodCondition {
+	t.Helper()
 	got := &corev1.Pod{}
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range got.Status.Conditions {
-		if c.Type == apiserver.KonnectivityAgentsGate && c.Status == corev1.ConditionTrue {
-			return c.Reason
+		if c.Type == apiserver.KonnectivityAgentsGate {
+			return &c
 		}
 	}
-	return ""
+	return nil
 }
 
 func waitGate(t *testing.T, pod *corev1.Pod, reason string) {
@@ -136,15 +148,19 @@ func TestApiServerConfigReconciler_NewApiserversWaitForAKonnectivityAgent(t *tes
 		t.Fatalf("the apiserver pods' readiness gates are %v, want %s", gates, apiserver.KonnectivityAgentsGate)
 	}
 
-	_, old := gatedPod(t, cfg, "gated-old", "10.1.0.1", time.Now(), true)
+	_, old := gatedPod(t, cfg, "gated-old", "10.1.0.1", corev1.ConditionTrue, time.Now())
 	old.connected.Store(true)
-	fresh, server := gatedPod(t, cfg, "gated-new", "10.1.0.2", time.Now(), false)
+	fresh, server := gatedPod(t, cfg, "gated-new", "10.1.0.2", "", time.Now())
 	waitLooks(t, server, 3)
 	if got := gateOf(t, fresh); got != "" {
 		t.Fatalf("the new apiserver's gate opened (%s) while no agent held a tunnel to its server and one held a tunnel to the old one", got)
 	}
+	// Why it is not Ready, on the pod.
+	if c := gateCondition(t, fresh); c == nil || c.Status != corev1.ConditionFalse || c.Reason != v1alpha1.ReasonWaitingForAgent {
+		t.Errorf("the waiting pod's gate condition is %+v, want False %s", c, v1alpha1.ReasonWaitingForAgent)
+	}
 	server.connected.Store(true)
-	waitGate(t, fresh, "AgentConnected")
+	waitGate(t, fresh, v1alpha1.ReasonAgentConnected)
 }
 
 // TestApiServerConfigReconciler_ApiserversOfATenantWithoutAgentsServe: a
@@ -153,8 +169,15 @@ func TestApiServerConfigReconciler_ApiserversOfATenantWithoutAgentsServe(t *test
 	ns := namespace(t, nil)
 	cfg := konnectivityTenant(ns, "nodeless")
 	createReady(t, cfg)
-	pod, _ := gatedPod(t, cfg, "nodeless-a", "10.1.1.1", time.Now(), false)
-	waitGate(t, pod, "NoAgents")
+	// A pod from before spec.konnectivity, without the gate or a server
+	// (its look would fail), does not hold the others.
+	ungated := createAPIServerPod(t, cfg, "nodeless-before")
+	ungated.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.1.9"}
+	if err := env.Client.Status().Update(context.Background(), ungated); err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := gatedPod(t, cfg, "nodeless-a", "10.1.1.1", "", time.Now())
+	waitGate(t, pod, v1alpha1.ReasonNoAgents)
 }
 
 // TestApiServerConfigReconciler_AnApiserverWaitsForAnAgentForALimitedTime:
@@ -165,22 +188,24 @@ func TestApiServerConfigReconciler_AnApiserverWaitsForAnAgentForALimitedTime(t *
 	ns := namespace(t, nil)
 	cfg := konnectivityTenant(ns, "late")
 	createReady(t, cfg)
-	_, old := gatedPod(t, cfg, "late-old", "10.1.2.1", time.Now(), true)
+	_, old := gatedPod(t, cfg, "late-old", "10.1.2.1", corev1.ConditionTrue, time.Now())
 	old.down.Store(true)
-	pod, server := gatedPod(t, cfg, "late-new", "10.1.2.2", time.Now(), false)
+	pod, server := gatedPod(t, cfg, "late-new", "10.1.2.2", "", time.Now())
 	waitLooks(t, server, 3)
 	if got := gateOf(t, pod); got != "" {
 		t.Fatalf("the gate opened (%s) while the other server could not be looked at", got)
 	}
-	stale, _ := gatedPod(t, cfg, "late-stale", "10.1.2.3", time.Now().Add(-konnectivityGateTimeout-time.Minute), false)
-	waitGate(t, stale, "NoAgentInTime")
+	// One that has waited since before the timeout (its containers'
+	// readiness is recent: the wait counts from the gate's own condition).
+	stale, _ := gatedPod(t, cfg, "late-stale", "10.1.2.3", corev1.ConditionFalse, time.Now().Add(-konnectivityGateTimeout-time.Minute))
+	waitGate(t, stale, v1alpha1.ReasonNoAgentInTime)
 	eventually(t, 20*time.Second, "a Warning event names the pod", func() error {
 		events := &eventsv1.EventList{}
 		if err := env.Client.List(context.Background(), events, client.InNamespace(ns)); err != nil {
 			return err
 		}
 		for _, e := range events.Items {
-			if e.Type == corev1.EventTypeWarning && e.Reason == "KonnectivityAgentMissing" && strings.Contains(e.Note, "late-stale") {
+			if e.Type == corev1.EventTypeWarning && e.Reason == v1alpha1.ReasonNoAgentInTime && strings.Contains(e.Note, "late-stale") {
 				return nil
 			}
 		}
@@ -188,5 +213,33 @@ func TestApiServerConfigReconciler_AnApiserverWaitsForAnAgentForALimitedTime(t *
 	})
 	if got := gateOf(t, pod); got != "" {
 		t.Errorf("the gate of the pod that waited less than %s opened (%s)", konnectivityGateTimeout, got)
+	}
+}
+
+// TestDecideKonnectivityGate: when the gate of a pod that waits opens, and
+// how soon it is looked at again when it does not.
+func TestDecideKonnectivityGate(t *testing.T) {
+	for _, tt := range []struct {
+		name                string
+		connected, anyAgent bool
+		unknown             int
+		waited              time.Duration
+		open                bool
+		reason              string
+		requeue             time.Duration
+	}{
+		{"its server has an agent", true, true, 0, 0, true, v1alpha1.ReasonAgentConnected, 0},
+		{"its server has one, another could not be looked at", true, true, 1, 0, true, v1alpha1.ReasonAgentConnected, 0},
+		{"no server has an agent", false, false, 0, 0, true, v1alpha1.ReasonNoAgents, 0},
+		{"another server has one", false, true, 0, 5 * time.Second, false, v1alpha1.ReasonWaitingForAgent, konnectivityGateFastRequeue},
+		{"another server has one, for a while", false, true, 0, time.Minute, false, v1alpha1.ReasonWaitingForAgent, konnectivityGateSlowRequeue},
+		{"a server could not be looked at", false, false, 1, 0, false, v1alpha1.ReasonWaitingForAgent, konnectivityGateFastRequeue},
+		{"waited long enough", false, true, 0, konnectivityGateTimeout, true, v1alpha1.ReasonNoAgentInTime, 0},
+		{"waited long enough, unknown servers", false, false, 2, konnectivityGateTimeout + time.Second, true, v1alpha1.ReasonNoAgentInTime, 0},
+	} {
+		d := decideKonnectivityGate(tt.connected, tt.anyAgent, tt.unknown, tt.waited)
+		if d.open != tt.open || d.reason != tt.reason || d.requeue != tt.requeue || d.message == "" {
+			t.Errorf("%s: open %v, reason %s, requeue %s, message %q; want %v, %s, %s and a message", tt.name, d.open, d.reason, d.requeue, d.message, tt.open, tt.reason, tt.requeue)
+		}
 	}
 }

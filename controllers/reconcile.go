@@ -113,11 +113,11 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 	return []reconcileStep{
 		{"Validate", r.validateSpec},
 		{"Workload", r.observeWorkload},
+		{"Konnectivity", r.gateKonnectivity},
 		{"Keyspace", r.checkKeyspace},
 		{"References", r.checkReferences},
 		{"Datastore", r.findDatastore},
 		{"Service", r.reconcileService},
-		{"Konnectivity", r.gateKonnectivity},
 		{"PKI", r.reconcilePKI},
 		{"Etcd", r.reconcileEtcd},
 		{"Sizing", r.reconcileSizing},
@@ -156,6 +156,12 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.etcdWatch.forget(req.NamespacedName)
 		}
 		requeue, err := r.reportPaused(ctx, cfg)
+		// But for the readiness gate of a new apiserver pod (one that
+		// replaced a pod lost with its node): a paused tenant keeps
+		// serving.
+		if gate := r.gateKonnectivityPaused(ctx, cfg); gate > 0 {
+			requeue = sooner(requeue, gate)
+		}
 		return ctrl.Result{RequeueAfter: requeue}, err
 	}
 	if !cfg.DeletionTimestamp.IsZero() {

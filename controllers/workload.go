@@ -131,14 +131,6 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 		}
 		p.cfg.Status.NetworkPolicy = nil
 	}
-	// Before the pods too: they wait for the agents that it brings them.
-	if d.KonnectivityService != nil {
-		if err := r.apply(ctx, p.cfg, d.KonnectivityService); err != nil {
-			return err
-		}
-	} else if err := r.deleteIfOwned(ctx, p.cfg, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.KonnectivityServiceName(p.cfg.Name)}}); err != nil {
-		return err
-	}
 	p.obs.certsReady = true
 	p.obs.certsMessage = fmt.Sprintf("Next renewal at %s", p.pki.nextRenewal.UTC().Format(time.RFC3339))
 	if p.held {

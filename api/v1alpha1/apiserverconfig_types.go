@@ -307,7 +307,8 @@ type NetworkPolicySpec struct {
 // and the tenant's nodes.
 type KonnectivitySpec struct {
 	// Port is where agents connect: a port of the apiserver pods, named
-	// konnectivity, and of the tenant's Service. It must differ from
+	// konnectivity, and of the agents' Service <name>-konnectivity. It
+	// must differ from
 	// spec.serving.securePort and from the server's own health (8134)
 	// and admin (8133) ports; the server takes 1024 to 49151.
 	// +kubebuilder:default=8132
@@ -324,6 +325,14 @@ type KonnectivitySpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	// +optional
 	NodePort *int32 `json:"nodePort,omitempty"`
+
+	// ServiceAnnotations are the annotations of the agents' Service (of
+	// spec.serving.service.type), such as a load balancer's settings.
+	// Those of the tenant's Service are not copied: an external-dns name
+	// or a fixed address of the apiservers' load balancer must not go to
+	// the agents' one.
+	// +optional
+	ServiceAnnotations map[string]string `json:"serviceAnnotations,omitempty"`
 
 	// Resources of the konnectivity-server sidecar. By default it
 	// requests 25m CPU and 64Mi of memory and has no limit: the server

@@ -177,3 +177,20 @@ const (
 	// created.
 	ReasonCrashLoop = "CrashLoop"
 )
+
+// Reasons of the konnectivity readiness gate of the apiserver pods (a pod
+// condition the operator writes), and of its event.
+const (
+	// ReasonWaitingForAgent: no agent holds a tunnel to the pod's
+	// konnectivity server yet, while one holds a tunnel to another server
+	// of the tenant (or a server could not be looked at).
+	ReasonWaitingForAgent = "WaitingForAgent"
+	// ReasonAgentConnected: an agent holds a tunnel to the pod's server.
+	ReasonAgentConnected = "AgentConnected"
+	// ReasonNoAgents: no server of the tenant holds a tunnel (a tenant
+	// without nodes yet).
+	ReasonNoAgents = "NoAgents"
+	// ReasonNoAgentInTime: the pod waited KonnectivityGateTimeout and
+	// serves without a tunnel (also the reason of a Warning event).
+	ReasonNoAgentInTime = "NoAgentInTime"
+)

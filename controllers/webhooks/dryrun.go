@@ -28,8 +28,9 @@ type dryRunField struct {
 }
 
 var (
-	serviceSpec = field.NewPath("spec", "serving", "service")
-	podSpec     = "spec.template.spec."
+	serviceSpec      = field.NewPath("spec", "serving", "service")
+	konnectivitySpec = field.NewPath("spec", "konnectivity")
+	podSpec          = "spec.template.spec."
 	// dryRunFields are the fields of the Service, the Deployment and the
 	// budget that come from the spec; what none of them matches is placed
 	// at the object's own field (dryRunDefault).
@@ -40,6 +41,14 @@ var (
 			{"spec.ports", serviceSpec.Child("port")},
 			{"spec.type", serviceSpec.Child("type")},
 			{"metadata.annotations", serviceSpec.Child("annotations")},
+		},
+		// The konnectivity agents' Service (its type is the tenant
+		// Service's).
+		konnectivityServiceKind: {
+			{"spec.ports[0].nodePort", konnectivitySpec.Child("nodePort")},
+			{"spec.ports", konnectivitySpec.Child("port")},
+			{"spec.type", serviceSpec.Child("type")},
+			{"metadata.annotations", konnectivitySpec.Child("serviceAnnotations")},
 		},
 		"Deployment": {
 			{"spec.replicas", field.NewPath("spec", "masterCount")},
@@ -53,14 +62,19 @@ var (
 		},
 	}
 	dryRunDefault = map[string]*field.Path{
-		"Service":             serviceSpec,
-		"Deployment":          field.NewPath("spec"),
-		"PodDisruptionBudget": field.NewPath("spec", "masterCount"),
+		"Service":               serviceSpec,
+		konnectivityServiceKind: konnectivitySpec,
+		"Deployment":            field.NewPath("spec"),
+		"PodDisruptionBudget":   field.NewPath("spec", "masterCount"),
 		// The spec's egress rules come first in the policy's, at the same
 		// index (the refusal's field names it).
 		"NetworkPolicy": field.NewPath("spec", "networkPolicy", "egress"),
 	}
 )
+
+// konnectivityServiceKind maps the fields of the agents' Service, a
+// Service whose values come from spec.konnectivity.
+const konnectivityServiceKind = "KonnectivityService"
 
 // specFieldOf is the spec field that produced the field f of an object of
 // kind.
@@ -100,6 +114,10 @@ func DryRun(ctx context.Context, c client.Client, live client.Reader, cfg *v1alp
 		return field.ErrorList{field.Invalid(serviceSpec.Child("nodePort"), *s.NodePort, fmt.Sprintf(
 			"the management cluster's node ports are %s (its --service-node-port-range, as the operator's --management-node-port-range says): choose one of them, or leave nodePort out to have one allocated", nodePorts))}, nil
 	}
+	if k, s := cfg.Spec.Konnectivity, cfg.Spec.Serving.Service; k != nil && k.NodePort != nil && nodePorts != nil && s.Type != corev1.ServiceTypeClusterIP && !nodePorts.Contains(int(*k.NodePort)) {
+		return field.ErrorList{field.Invalid(konnectivitySpec.Child("nodePort"), *k.NodePort, fmt.Sprintf(
+			"the management cluster's node ports are %s (its --service-node-port-range, as the operator's --management-node-port-range says): choose one of them, or leave nodePort out to have one allocated", nodePorts))}, nil
+	}
 	completed, err := apiserver.Complete(cfg, apiserver.Inputs{})
 	if err != nil {
 		return field.ErrorList{field.Invalid(field.NewPath("spec"), "", err.Error())}, nil
@@ -113,6 +131,9 @@ func DryRun(ctx context.Context, c client.Client, live client.Reader, cfg *v1alp
 		return field.ErrorList{field.Invalid(field.NewPath("spec"), "", fmt.Sprintf("rendering the tenant's objects: %v", err))}, nil
 	}
 	asked := []client.Object{objs.Service, objs.Deployment}
+	if objs.KonnectivityService != nil {
+		asked = append(asked, objs.KonnectivityService)
+	}
 	if objs.PodDisruptionBudget != nil {
 		asked = append(asked, objs.PodDisruptionBudget)
 	}
@@ -139,7 +160,11 @@ func DryRun(ctx context.Context, c client.Client, live client.Reader, cfg *v1alp
 			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), cfg.Name, taken.Error()))
 			continue
 		}
-		if refused := refusal(kind, asked[i].GetName(), err); refused != nil {
+		fields := kind
+		if objs.KonnectivityService != nil && asked[i] == client.Object(objs.KonnectivityService) {
+			fields = konnectivityServiceKind
+		}
+		if refused := refusal(kind, fields, asked[i].GetName(), err); refused != nil {
 			errs = append(errs, refused...)
 			continue
 		}
@@ -188,10 +213,10 @@ func dryRunWrite(ctx context.Context, c client.Client, live client.Reader, cfg *
 }
 
 // refusal turns the management cluster's refusal of the object name of
-// kind into errors at the spec fields that produced what it refused; nil
-// for an error that is no refusal of the object (the API server could not
-// answer).
-func refusal(kind, name string, err error) field.ErrorList {
+// kind into errors at the spec fields that produced what it refused (as
+// the fields of dryRunFields[fields]); nil for an error that is no refusal
+// of the object (the API server could not answer).
+func refusal(kind, fields, name string, err error) field.ErrorList {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) || transient(err) {
 		return nil
@@ -201,11 +226,11 @@ func refusal(kind, name string, err error) field.ErrorList {
 	var errs field.ErrorList
 	if s.Details != nil {
 		for _, cause := range s.Details.Causes {
-			errs = append(errs, field.Invalid(specFieldOf(kind, cause.Field), field.OmitValueType{}, fmt.Sprintf("%s: %s: %s", prefix, cause.Field, cause.Message)))
+			errs = append(errs, field.Invalid(specFieldOf(fields, cause.Field), field.OmitValueType{}, fmt.Sprintf("%s: %s: %s", prefix, cause.Field, cause.Message)))
 		}
 	}
 	if len(errs) == 0 {
-		errs = append(errs, field.Invalid(specFieldOf(kind, ""), field.OmitValueType{}, fmt.Sprintf("%s: %s", prefix, s.Message)))
+		errs = append(errs, field.Invalid(specFieldOf(fields, ""), field.OmitValueType{}, fmt.Sprintf("%s: %s", prefix, s.Message)))
 	}
 	return errs
 }

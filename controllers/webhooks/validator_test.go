@@ -194,6 +194,17 @@ func TestApiServerConfigValidator_RefusesWhatTheManagementClusterWouldRefuse(t *
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
 			}
 		}},
+		{"konnectivity node port outside the cluster's range", "spec.konnectivity.nodePort", "the management cluster's node ports are 30000-32767", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Serving.Service.Type = corev1.ServiceTypeNodePort
+			s.Konnectivity = &v1alpha1.KonnectivitySpec{NodePort: ptr.To[int32](8132), Agent: v1alpha1.KonnectivityAgentSpec{Host: "agents.example.com", Port: ptr.To[int32](8132), APIPort: ptr.To[int32](443)}}
+		}},
+		{"konnectivity node port another Service holds", "spec.konnectivity.nodePort", "provided port is already allocated", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Serving.Service.Type = corev1.ServiceTypeNodePort
+			s.Konnectivity = &v1alpha1.KonnectivitySpec{NodePort: ptr.To[int32](31234), Agent: v1alpha1.KonnectivityAgentSpec{Host: "agents.example.com", Port: ptr.To[int32](31234), APIPort: ptr.To[int32](443)}}
+		}},
+		{"agents' Service annotation that is no annotation", "spec.konnectivity.serviceAnnotations", "metadata.annotations", func(s *v1alpha1.ApiServerConfigSpec) {
+			s.Konnectivity = &v1alpha1.KonnectivitySpec{ServiceAnnotations: map[string]string{"not a key!": "x"}, Agent: v1alpha1.KonnectivityAgentSpec{Host: "agents.example.com"}}
+		}},
 		{"egress rule to a block that is no CIDR", "spec.networkPolicy.egress", "spec.egress[0].to[0].ipBlock.cidr", func(s *v1alpha1.ApiServerConfigSpec) {
 			s.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced, Egress: []networkingv1.NetworkPolicyEgressRule{{
 				To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "192.0.2.300/32"}}},

@@ -99,7 +99,14 @@ func (c *Cluster) StartNode(ctx context.Context, opts NodeOptions) (*Node, error
 	n := &Node{l: c.l.tenantNode(opts.Name, opts.Index), parent: c.l}
 	n.l.Images = opts.Images
 	if err := n.start(ctx, opts); err != nil {
-		return nil, fmt.Errorf("starting tenant node %s (logs in %s): %w", opts.Name, n.l.logDir(), err)
+		// The logs go with the node: the error keeps their end.
+		err = fmt.Errorf("starting tenant node %s: %w; the end of containerd's log:\n%s\nthe end of kubelet's log:\n%s",
+			opts.Name, err, n.l.logTail(compContainerd, 10), n.l.logTail(compKubelet, 10))
+		// Nothing half made stays behind: the next start begins anew.
+		if downErr := c.l.downTenantNode(ctx, opts.Name); downErr != nil {
+			err = errors.Join(err, downErr)
+		}
+		return nil, err
 	}
 	return n, nil
 }
