@@ -51,27 +51,37 @@ func validatorDir() string {
 	return filepath.Join("..", "..", "bin")
 }
 
-func TestRender_SampleGoldenAndStable(t *testing.T) {
-	manifest, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "controlplane_v1alpha1_apiserverconfig_ha.yaml"))
+// renderSample renders the sample of config/samples called name twice and
+// returns the rendering, after checking that the two
+// renderings are equal and hold no key or certificate (the Secrets' and
+// the generated CAs' material is left out).
+func renderSample(t *testing.T, name string) string {
+	t.Helper()
+	manifest, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var first, second bytes.Buffer
 	if err := Render(&first, manifest, options(t)); err != nil {
-		t.Fatalf("rendering the HA sample: %v", err)
+		t.Fatalf("rendering the sample %s: %v", name, err)
 	}
 	if err := Render(&second, manifest, options(t)); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(first.Bytes(), second.Bytes()) {
-		t.Fatal("two renderings of one manifest differ")
+		t.Fatalf("two renderings of the sample %s differ", name)
 	}
 	out := first.String()
 	for _, secret := range []string{"PRIVATE KEY", "BEGIN CERTIFICATE", "client-key-data"} {
 		if strings.Contains(out, secret) {
-			t.Fatalf("the rendering holds secret material (%s)", secret)
+			t.Fatalf("the rendering of the sample %s holds key or certificate material (%s)", name, secret)
 		}
 	}
+	return out
+}
+
+func TestRender_SampleGoldenAndStable(t *testing.T) {
+	out := renderSample(t, "controlplane_v1alpha1_apiserverconfig_ha.yaml")
 	// The defaults admission applies are in the output.
 	for _, want := range []string{"--audit-log-maxage=30", "--etcd-prefix=/tenants/ha", "--authorization-mode=Node,RBAC", "kind: PodDisruptionBudget"} {
 		if !strings.Contains(out, want) {
@@ -83,7 +93,7 @@ func TestRender_SampleGoldenAndStable(t *testing.T) {
 		if err := os.MkdirAll("testdata", 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(golden, first.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,26 +143,7 @@ func TestRender_RefusesWhatAdmissionRefuses(t *testing.T) {
 // agents' manifests carry is generated in the cluster, left out as the
 // Secrets' material is.
 func TestRender_KonnectivitySampleLeavesTheKonnectivityCAOut(t *testing.T) {
-	manifest, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "controlplane_v1alpha1_apiserverconfig_konnectivity.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var first, second bytes.Buffer
-	if err := Render(&first, manifest, options(t)); err != nil {
-		t.Fatalf("rendering the konnectivity sample: %v", err)
-	}
-	if err := Render(&second, manifest, options(t)); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(first.Bytes(), second.Bytes()) {
-		t.Fatal("two renderings of one manifest differ")
-	}
-	out := first.String()
-	for _, secret := range []string{"PRIVATE KEY", "BEGIN CERTIFICATE", "client-key-data"} {
-		if strings.Contains(out, secret) {
-			t.Fatalf("the rendering holds generated material (%s)", secret)
-		}
-	}
+	out := renderSample(t, "controlplane_v1alpha1_apiserverconfig_konnectivity.yaml")
 	for _, want := range []string{"--tls-sni-cert-key=/etc/kubernetes/pki/konnectivity-apiserver.crt,/etc/kubernetes/pki/konnectivity-apiserver.key:apiserver.konnectivity.invalid",
 		"ca.crt: <generated in the cluster>", "apiserver-operator.dev/kubeconfig-hash: <generated in the cluster>", "name: edge-konnectivity-ca"} {
 		if !strings.Contains(out, want) {

@@ -189,6 +189,8 @@ func startNATNode(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, 
 	return nil
 }
 
+// imagesDir holds the image tarballs that `make localcluster-binaries`
+// writes.
 func imagesDir() string {
 	return envOr("LOCALCLUSTER_IMAGES_DIR", filepath.Join(envOr("LOCALCLUSTER_BIN_DIR", "../../bin"), "images"))
 }

@@ -33,10 +33,9 @@ func runSuite(m *testing.M) int {
 	ctrllog.SetLogger(logr.Discard())
 	dir := envOr("LOCALCLUSTER_DIR", localcluster.DefaultDir)
 	binDir := envOr("LOCALCLUSTER_BIN_DIR", "../../bin")
-	imagesDir := envOr("LOCALCLUSTER_IMAGES_DIR", filepath.Join(binDir, "images"))
-	images, err := filepath.Glob(filepath.Join(imagesDir, "*.tar"))
+	images, err := filepath.Glob(filepath.Join(imagesDir(), "*.tar"))
 	if err != nil || len(images) == 0 {
-		fmt.Fprintf(os.Stderr, "No image tarballs in %s: build them with `make localcluster-binaries`\n", imagesDir)
+		fmt.Fprintf(os.Stderr, "No image tarballs in %s: build them with `make localcluster-binaries`\n", imagesDir())
 		return 1
 	}
 
