@@ -25,6 +25,10 @@ var env *envtest.Environment
 // tenants is the webhook's index of every ApiServerConfig.
 var tenants *tenantindex.Tenants
 
+// judgements counts, by namespace, the requests that reached the webhook's
+// validator pool and those it answered.
+var judgements = newJudgementCounter()
+
 func TestMain(m *testing.M) {
 	code, err := run(m)
 	if err != nil {
@@ -57,7 +61,7 @@ func run(m *testing.M) (int, error) {
 	}
 	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
-	if err := SetupWithManager(mgr, admission.Admission{Validator: validators, Gates: &admission.Gates{ImageRepositories: admission.DefaultImageRepositories(apiserver.DefaultImageRepository)}}, "", tenants); err != nil {
+	if err := SetupWithManager(mgr, admission.Admission{Validator: countingValidator{Validator: validators, counter: judgements}, Gates: &admission.Gates{ImageRepositories: admission.DefaultImageRepositories(apiserver.DefaultImageRepository)}}, "", tenants); err != nil {
 		return 0, err
 	}
 	return env.RunManager(m, mgr)
