@@ -239,30 +239,7 @@ func TestTenantIndex_WorksWithTheWebhooksRightsAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ns := testNamespace(t, "webhook-rights-")
-	const user = "system:serviceaccount:apiserver-operator-system:apiserver-operator-webhook"
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-role-"},
-		Rules:      webhookClusterRules(t),
-	}
-	if err := env.Client.Create(ctx, role); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-role-"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-	}
-	if err := env.Client.Create(ctx, binding); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), binding)
-		_ = env.Client.Delete(context.Background(), role)
-	})
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-
-	index, err := tenantindex.New(cfg, env.Scheme, tenantindex.WithoutRetainedData())
+	index, err := tenantindex.New(webhookRights(t), env.Scheme, tenantindex.WithoutRetainedData())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +262,37 @@ func TestTenantIndex_WorksWithTheWebhooksRightsAlone(t *testing.T) {
 	if _, err := index.RetainedOverlapping(ctx, other); err == nil {
 		t.Error("an index without the retained data answered for it")
 	}
+}
+
+// webhookRights is a configuration of the test apiserver for the webhook's
+// ServiceAccount, which holds exactly the rights of config/rbac/webhook's
+// ClusterRole, until the test ends.
+func webhookRights(t *testing.T) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	const user = "system:serviceaccount:apiserver-operator-system:apiserver-operator-webhook"
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-role-"},
+		Rules:      webhookClusterRules(t),
+	}
+	if err := env.Client.Create(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-role-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	if err := env.Client.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), binding)
+		_ = env.Client.Delete(context.Background(), role)
+	})
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return cfg
 }
 
 // webhookClusterRules are the rules of config/rbac/webhook's ClusterRole.

@@ -17,6 +17,10 @@ package webhooks
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;create;patch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;create;patch
 //
+// That policy and its binding, by name, so that the webhook is not ready
+// without them (DryRunGuardCheck): OLM does not install them.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get,resourceNames=apiserver-operator-webhook-dry-run-only
+//
 // Its serving certificate's Secret, which the controllers issue and renew
 // (Certificates.ReadOnly), in its own namespace only, by name: no create
 // (a ServiceAccount token Secret it created would be filled with another

@@ -12,8 +12,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -58,6 +63,13 @@ func TestOperator_PatchesOnlyItsOwnWebhookConfigurations(t *testing.T) {
 		{managerSA, "delete", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", false},
 		{webhookSA, "patch", "validatingwebhookconfigurations", "apiserver-operator-validating-webhook-configuration", false},
 		{webhookSA, "patch", "mutatingwebhookconfigurations", "apiserver-operator-mutating-webhook-configuration", false},
+		// Its readiness reads the dry-run guard by name; it may change
+		// no admission policy.
+		{webhookSA, "get", "validatingadmissionpolicies", "apiserver-operator-webhook-dry-run-only", true},
+		{webhookSA, "get", "validatingadmissionpolicybindings", "apiserver-operator-webhook-dry-run-only", true},
+		{webhookSA, "get", "validatingadmissionpolicies", "another-operators-policy", false},
+		{webhookSA, "delete", "validatingadmissionpolicybindings", "apiserver-operator-webhook-dry-run-only", false},
+		{webhookSA, "patch", "validatingadmissionpolicies", "apiserver-operator-webhook-dry-run-only", false},
 	} {
 		if got := allowed(t, cs, tc.user, authorizationv1.ResourceAttributes{
 			Group: "admissionregistration.k8s.io", Resource: tc.resource, Verb: tc.verb, Name: tc.name,
@@ -87,8 +99,9 @@ func TestOperator_PatchesOnlyItsOwnWebhookConfigurations(t *testing.T) {
 }
 
 // The webhook's ServiceAccount may create the tenants' kinds of object for
-// its server-side dry runs only: the dry-run guard refuses a real write,
-// so a hijacked webhook cannot start a workload.
+// its server-side dry runs only: the dry-run guard refuses a real write of
+// each kind, created or applied, so a hijacked webhook cannot start a
+// workload.
 func TestOperator_WebhookWritesOnlyInADryRun(t *testing.T) {
 	installOperator(t)
 	ns := tenantNamespace(t)
@@ -102,6 +115,7 @@ func TestOperator_WebhookWritesOnlyInADryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	admin := clientset(t)
 	labels := map[string]string{"app": "hijacked"}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hijacked"},
@@ -118,27 +132,80 @@ func TestOperator_WebhookWritesOnlyInADryRun(t *testing.T) {
 	if _, err := webhook.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Fatalf("the webhook's dry run of a Deployment was refused: %v", err)
 	}
-	// The policy reaches the API server's admission within moments of
-	// the install; the suite installed it minutes ago, so one try tells.
+	// refused fails the test unless err is the guard's refusal of a real
+	// write (not RBAC's: the webhook may write each kind in a dry run);
+	// undo removes what was written anyway. The policy reaches the API
+	// server's admission within moments of the install; the suite
+	// installed it minutes ago, so one try tells.
+	refused := func(what string, err error, undo func() error) {
+		t.Helper()
+		if err == nil {
+			_ = undo()
+			t.Errorf("the webhook's ServiceAccount %s for real", what)
+			return
+		}
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "dry run") {
+			t.Errorf("when the webhook's ServiceAccount %s for real it got %v, want the dry-run guard's refusal", what, err)
+			return
+		}
+		t.Logf("Refused as expected: %v", err)
+	}
 	_, err = webhook.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
-	if err == nil {
-		_ = clientset(t).AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{})
-		t.Fatal("the webhook's ServiceAccount created a Deployment for real")
-	}
-	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "dry run") {
-		t.Fatalf("a real create by the webhook's ServiceAccount gave %v, want the dry-run guard's refusal", err)
-	}
-	t.Logf("Refused as expected: %v", err)
+	refused("created a Deployment", err, func() error { return admin.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{}) })
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hijacked"},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}},
 	}
-	if _, err := webhook.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "dry run") {
-		_ = clientset(t).CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{})
-		t.Fatalf("a real Service create by the webhook's ServiceAccount gave %v, want the dry-run guard's refusal", err)
+	_, err = webhook.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	refused("created a Service", err, func() error { return admin.CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{}) })
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hijacked"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(0)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "victim"}}},
 	}
+	if _, err := webhook.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatalf("the webhook's dry run of a PodDisruptionBudget was refused: %v", err)
+	}
+	_, err = webhook.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{})
+	refused("created a PodDisruptionBudget", err, func() error {
+		return admin.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, pdb.Name, metav1.DeleteOptions{})
+	})
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hijacked"},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+	if _, err := webhook.NetworkingV1().NetworkPolicies(ns).Create(ctx, np, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatalf("the webhook's dry run of a NetworkPolicy was refused: %v", err)
+	}
+	_, err = webhook.NetworkingV1().NetworkPolicies(ns).Create(ctx, np, metav1.CreateOptions{})
+	refused("created a NetworkPolicy", err, func() error {
+		return admin.NetworkingV1().NetworkPolicies(ns).Delete(ctx, np.Name, metav1.DeleteOptions{})
+	})
+
+	// A Deployment that exists (a tenant's apiservers, say) cannot be
+	// taken over by a server-side apply either: it stays as it was.
+	existing := d.DeepCopy()
+	existing.Name = "existing"
+	if existing, err = admin.AppsV1().Deployments(ns).Create(ctx, existing, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the cluster's admin could not create a Deployment: %v", err)
+	}
+	takeover := appsv1ac.Deployment(existing.Name, ns).WithSpec(appsv1ac.DeploymentSpec().
+		WithTemplate(corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().
+			WithContainers(corev1ac.Container().WithName("x").WithImage("localhost/apiserver-operator/hijacked:v1")))))
+	if _, err := webhook.AppsV1().Deployments(ns).Apply(ctx, takeover, metav1.ApplyOptions{FieldManager: "hijacker", Force: true, DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatalf("the webhook's dry-run apply of a Deployment was refused: %v", err)
+	}
+	_, err = webhook.AppsV1().Deployments(ns).Apply(ctx, takeover, metav1.ApplyOptions{FieldManager: "hijacker", Force: true})
+	refused("applied a Deployment that exists", err, func() error { return nil })
+	after, err := admin.AppsV1().Deployments(ns).Get(ctx, existing.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != existing.ResourceVersion || after.Spec.Template.Spec.Containers[0].Image != d.Spec.Template.Spec.Containers[0].Image {
+		t.Errorf("the webhook's refused apply changed the Deployment (resourceVersion %s to %s, image %s)", existing.ResourceVersion, after.ResourceVersion, after.Spec.Template.Spec.Containers[0].Image)
+	}
+
 	// The guard stops no one else.
-	if _, err := clientset(t).CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the cluster's admin could not create a Service: %v", err)
 	}
 }
