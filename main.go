@@ -79,6 +79,7 @@ type options struct {
 	controllers          bool
 	shutdownDelay        time.Duration
 	etcdWatchInterval    time.Duration
+	agentWatchInterval   time.Duration
 	removedAPIQuiet      time.Duration
 	webhookCerts         string
 	webhookSecret        string
@@ -153,6 +154,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"How long the webhook keeps serving after SIGTERM, its readiness failing meanwhile, so that the webhook Service stops sending it requests before it stops listening. Within the 2 s kubelet grants a forcibly deleted pod.")
 	fs.DurationVar(&o.etcdWatchInterval, "etcd-watch-interval", controllers.DefaultEtcdWatchInterval,
 		"How often every tenant's etcd servers are looked at between reconciles: an outage that changes nothing else (an override etcd down) is reported within it.")
+	fs.DurationVar(&o.agentWatchInterval, "konnectivity-watch-interval", controllers.DefaultKonnectivityWatchInterval,
+		"How often the konnectivity servers of every tenant with spec.konnectivity are asked how many agents hold a tunnel to them (one GET of each server's /metrics, and a count of the tenant's nodes in etcd when a ready server holds none): status.konnectivity and the KonnectivityAgentsConnected condition follow the tenant's nodes within it.")
 	fs.BoolVar(&o.controllers, "controllers", true,
 		"Reconcile ApiServerConfigs. config/manager runs the controllers and the webhook as two processes of each pod (--webhooks=false in one, --controllers=false in the other), so that the death of the leading controller never fails an admission.")
 	fs.StringVar(&o.webhookCerts, "webhook-cert-management", "self",
@@ -339,23 +342,24 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		datastores = controllers.NewDatastores(mgr.GetAPIReader(), ns, o.datastoreReload)
 	}
 	reconciler := &controllers.ApiServerConfigReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Scheme:                  mgr.GetScheme(),
-		Recorder:                mgr.GetEventRecorder("apiserver-operator"),
-		Etcd:                    tenantio.EtcdV3{},
-		ImageRepository:         o.imageRepository,
-		EtcdDialerImage:         o.etcdDialerImage,
-		KonnectivityServerImage: o.konnectivityServerImage,
-		KonnectivityAgentImage:  o.konnectivityAgentImage,
-		MaxConcurrentReconciles: o.concurrency,
-		Namespaces:              mgrOpts.Cache.DefaultNamespaces,
-		StallAfter:              o.stallAfter,
-		EtcdWatchInterval:       o.etcdWatchInterval,
-		RemovedAPIQuietPeriod:   o.removedAPIQuiet,
-		TenantIndex:             tenants,
-		BackupDir:               o.backupDir,
-		Datastores:              datastores,
+		Client:                    mgr.GetClient(),
+		APIReader:                 mgr.GetAPIReader(),
+		Scheme:                    mgr.GetScheme(),
+		Recorder:                  mgr.GetEventRecorder("apiserver-operator"),
+		Etcd:                      tenantio.EtcdV3{},
+		ImageRepository:           o.imageRepository,
+		EtcdDialerImage:           o.etcdDialerImage,
+		KonnectivityServerImage:   o.konnectivityServerImage,
+		KonnectivityAgentImage:    o.konnectivityAgentImage,
+		MaxConcurrentReconciles:   o.concurrency,
+		Namespaces:                mgrOpts.Cache.DefaultNamespaces,
+		StallAfter:                o.stallAfter,
+		EtcdWatchInterval:         o.etcdWatchInterval,
+		KonnectivityWatchInterval: o.agentWatchInterval,
+		RemovedAPIQuietPeriod:     o.removedAPIQuiet,
+		TenantIndex:               tenants,
+		BackupDir:                 o.backupDir,
+		Datastores:                datastores,
 	}
 	if o.controllers {
 		if err := reconciler.SetupWithManager(mgr); err != nil {

@@ -59,11 +59,14 @@ const (
 	// port upstream's documentation uses.
 	DefaultKonnectivityPort = 8132
 	// KonnectivityAdminPort (loopback only: metrics, pprof) and
-	// KonnectivityHealthPort (kubelet's probes, and the readiness the
-	// operator reads for the pods' gate) are the server's other ports in
-	// the pod.
+	// KonnectivityHealthPort (kubelet's probes, and the /metrics the
+	// operator counts the agents in, for the pods' gate and status) are
+	// the server's other ports in the pod.
 	KonnectivityAdminPort  = 8133
 	KonnectivityHealthPort = 8134
+	// KonnectivityServerContainer is the konnectivity server's container
+	// in an apiserver pod (a native sidecar).
+	KonnectivityServerContainer = "konnectivity-server"
 
 	// KonnectivityServerUser is the user of the server's client
 	// certificate: the tenant grants it system:auth-delegator, to review
@@ -263,7 +266,7 @@ func konnectivityServer(c *Completed, image string, securityContext *corev1.Secu
 		}
 	}
 	return corev1.Container{
-		Name:            "konnectivity-server",
+		Name:            KonnectivityServerContainer,
 		Image:           cmp.Or(image, DefaultKonnectivityServerImage),
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{KonnectivityServerCommand},

@@ -116,10 +116,14 @@ type ApiServerConfigReconciler struct {
 	// a tenant's data checks there that no other tenant's keys are under
 	// its prefix. Nil deletes no data (deletionPolicy Delete then waits).
 	TenantIndex *tenantindex.Tenants
-	// KonnectivityProbe looks at an apiserver pod's konnectivity server
-	// for its readiness gate (probeKonnectivityServer, on the pod's
-	// address, when nil).
+	// KonnectivityProbe counts the agents of an apiserver pod's
+	// konnectivity server, for its readiness gate and status
+	// (probeKonnectivityServer, on the pod's address, when nil).
 	KonnectivityProbe KonnectivityProber
+	// KonnectivityWatchInterval is how often every tenant's konnectivity
+	// servers are looked at between passes
+	// (DefaultKonnectivityWatchInterval when zero).
+	KonnectivityWatchInterval time.Duration
 	// RemovedAPIQuietPeriod is how long no client may have called an API
 	// the target minor removed before a held upgrade goes ahead
 	// (DefaultRemovedAPIQuietPeriod when zero).
@@ -137,6 +141,9 @@ type ApiServerConfigReconciler struct {
 
 	// etcdWatch brings a tenant back when its etcd goes away or returns.
 	etcdWatch *etcdWatch
+	// agentWatch brings a tenant with spec.konnectivity back when the
+	// agents its servers hold change.
+	agentWatch *agentWatch
 
 	// applied remembers, per object, the resourceVersion the operator's last
 	// apply left, so that an object nobody changed is not applied again.
@@ -285,6 +292,11 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		b = b.WatchesRawSource(r.etcdWatch.source())
 	}
+	r.agentWatch = newAgentWatch(r.konnectivityProber(), cmp.Or(r.KonnectivityWatchInterval, DefaultKonnectivityWatchInterval))
+	if err := mgr.Add(r.agentWatch); err != nil {
+		return err
+	}
+	b = b.WatchesRawSource(r.agentWatch.source())
 	return b.Named("apiserverconfig").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		Complete(r)

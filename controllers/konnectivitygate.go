@@ -22,9 +22,9 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
 
-// KonnectivityProber says whether the konnectivity server of the apiserver
-// pod at podIP holds a tunnel from at least one agent.
-type KonnectivityProber func(ctx context.Context, podIP string) (bool, error)
+// KonnectivityProber counts the agents that hold a tunnel to the
+// konnectivity server of the apiserver pod at podIP.
+type KonnectivityProber func(ctx context.Context, podIP string) (int32, error)
 
 const (
 	// konnectivityGateTimeout is how long a new apiserver waits for an
@@ -100,7 +100,11 @@ func (r *ApiServerConfigReconciler) gateKonnectivityPods(ctx context.Context, cf
 	if len(waiting) == 0 {
 		return 0
 	}
-	looks := r.lookAtKonnectivityServers(ctx, gated)
+	servers := make([]agentServer, len(gated))
+	for i, pod := range gated {
+		servers[i] = agentServer{pod: pod.Name, ip: pod.Status.PodIP}
+	}
+	looks := r.lookAtKonnectivityServers(ctx, servers)
 	anyAgent, unknown := false, 0
 	for _, l := range looks {
 		anyAgent = anyAgent || l.connected
@@ -115,7 +119,7 @@ func (r *ApiServerConfigReconciler) gateKonnectivityPods(ctx context.Context, cf
 		if !seen {
 			since = now
 		}
-		l := looks[pod.UID]
+		l := looks[pod.Name]
 		d := decideKonnectivityGate(l.connected, anyAgent, unknown, now.Sub(since))
 		if d.open && d.reason == v1alpha1.ReasonNoAgentInTime {
 			r.event(cfg, corev1.EventTypeWarning, v1alpha1.ReasonNoAgentInTime, "Gate",
@@ -179,28 +183,30 @@ func decideKonnectivityGate(connected, anyAgent bool, unknown int, waited time.D
 // serverLook is what a look at a pod's konnectivity server found.
 type serverLook struct {
 	connected bool
+	agents    int32
 	err       error
 }
 
-// lookAtKonnectivityServers looks at the servers of pods, a few side by
-// side; a server that cannot be looked at has an error.
-func (r *ApiServerConfigReconciler) lookAtKonnectivityServers(ctx context.Context, pods []*corev1.Pod) map[types.UID]serverLook {
+// lookAtKonnectivityServers looks at servers, a few side by side, by pod
+// name; a server that cannot be looked at has an error.
+func (r *ApiServerConfigReconciler) lookAtKonnectivityServers(ctx context.Context, servers []agentServer) map[string]serverLook {
 	probe := r.konnectivityProber()
-	out := make(map[types.UID]serverLook, len(pods))
+	out := make(map[string]serverLook, len(servers))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, konnectivityGateProbes)
-	for _, pod := range pods {
+	for _, s := range servers {
 		wg.Add(1)
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			ok, err := probe(ctx, pod.Status.PodIP)
+			n, err := probe(ctx, s.ip)
 			if err != nil {
-				ctrl.LoggerFrom(ctx).V(4).Info("Looking at a konnectivity server failed", "pod", klog.KObj(pod), "error", err.Error())
+				ctrl.LoggerFrom(ctx).V(4).Info("Looking at a konnectivity server failed", "pod", s.pod, "error", err.Error())
+				n = 0
 			}
 			mu.Lock()
-			out[pod.UID] = serverLook{connected: ok && err == nil, err: err}
+			out[s.pod] = serverLook{connected: n > 0, agents: n, err: err}
 			mu.Unlock()
 		}()
 	}
@@ -272,8 +278,8 @@ func (r *ApiServerConfigReconciler) konnectivityProber() KonnectivityProber {
 	return probeKonnectivityServer
 }
 
-// probeKonnectivityServer looks at the server of the pod at podIP on its
-// health port.
-func probeKonnectivityServer(ctx context.Context, podIP string) (bool, error) {
-	return tenantio.KonnectivityReady(ctx, podIP, apiserver.KonnectivityHealthPort)
+// probeKonnectivityServer counts the agents of the server of the pod at
+// podIP, on its health port.
+func probeKonnectivityServer(ctx context.Context, podIP string) (int32, error) {
+	return tenantio.KonnectivityAgents(ctx, podIP, apiserver.KonnectivityHealthPort)
 }

@@ -19,11 +19,12 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
-// testServer is a konnectivity server as the tests' pods have one: whether
-// an agent holds a tunnel to it, or why it does not answer, and how often
-// the operator looked.
+// testServer is a konnectivity server as the tests' pods have one: how
+// many agents hold a tunnel to it (connected: one), or why it does not
+// answer, and how often the operator looked.
 type testServer struct {
 	connected atomic.Bool
+	agents    atomic.Int32
 	down      atomic.Bool
 	looks     atomic.Int64
 }
@@ -32,17 +33,23 @@ type testServer struct {
 // address.
 var testKonnectivity sync.Map
 
-func probeTestKonnectivity(_ context.Context, podIP string) (bool, error) {
+func probeTestKonnectivity(_ context.Context, podIP string) (int32, error) {
 	v, ok := testKonnectivity.Load(podIP)
 	if !ok {
-		return false, fmt.Errorf("no konnectivity server at %s in this test", podIP)
+		return 0, fmt.Errorf("no konnectivity server at %s in this test", podIP)
 	}
 	s := v.(*testServer)
 	s.looks.Add(1)
 	if s.down.Load() {
-		return false, errors.New("connection refused")
+		return 0, errors.New("connection refused")
 	}
-	return s.connected.Load(), nil
+	if n := s.agents.Load(); n > 0 {
+		return n, nil
+	}
+	if s.connected.Load() {
+		return 1, nil
+	}
+	return 0, nil
 }
 
 // gatedPod creates an apiserver pod of cfg with the konnectivity gate, as
@@ -55,7 +62,7 @@ func gatedPod(t *testing.T, cfg *v1alpha1.ApiServerConfig, name, ip string, gate
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: name, Labels: apiserver.SelectorLabels(cfg.Name)},
 		Spec: corev1.PodSpec{
-			Containers:     []corev1.Container{{Name: "kube-apiserver", Image: "k"}},
+			Containers:     []corev1.Container{{Name: "kube-apiserver", Image: "k"}, {Name: apiserver.KonnectivityServerContainer, Image: "s"}},
 			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: apiserver.KonnectivityAgentsGate}},
 		},
 	}

@@ -33,10 +33,14 @@ var (
 		Name: "apiserver_operator_etcd_watch_looks_total",
 		Help: "Status requests the etcd watch sent, one per etcd server and client identity per round.",
 	})
+	konnectivityAgents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "apiserver_operator_konnectivity_agents",
+		Help: "Konnectivity agents that hold a tunnel to the konnectivity server of each apiserver pod of an ApiServerConfig with spec.konnectivity, as last looked at; no series for a server that could not be looked at.",
+	}, []string{"namespace", "name", "pod"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(certificateExpiry, timeToReady, sizingDecisions, reconcileErrors, etcdWatchRounds, etcdWatchLooks)
+	metrics.Registry.MustRegister(certificateExpiry, timeToReady, sizingDecisions, reconcileErrors, etcdWatchRounds, etcdWatchLooks, konnectivityAgents)
 }
 
 func recordCertificateExpiry(cfg *v1alpha1.ApiServerConfig, certs []v1alpha1.CertificateStatus) {

@@ -121,6 +121,7 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 		{"PKI", r.reconcilePKI},
 		{"Etcd", r.reconcileEtcd},
 		{"Sizing", r.reconcileSizing},
+		{"Agents", r.reconcileAgents},
 		{"Config", r.loadConfig},
 		{"Data", r.checkData},
 		{"Preflight", r.preflightUpgrade},
@@ -142,6 +143,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.written.Delete(req.NamespacedName)
 			r.etcdClientTLS.Delete(req.NamespacedName)
 			r.removedAPIs.forget(req.NamespacedName)
+			r.forgetAgents(req.NamespacedName)
 			if r.etcdWatch != nil {
 				r.etcdWatch.forget(req.NamespacedName)
 			}
@@ -364,6 +366,9 @@ func (r *ApiServerConfigReconciler) writeStatus(ctx context.Context, before, cfg
 			// The condition knows since when its cause holds.
 			meta.FindStatusCondition(cfg.Status.Conditions, c.Type).LastTransitionTime = c.LastTransitionTime
 		}
+	}
+	if obs.agents != nil && obs.agents.status == "" {
+		meta.RemoveStatusCondition(&cfg.Status.Conditions, v1alpha1.ConditionKonnectivityAgentsConnected)
 	}
 	if v := obs.versions; v.running != "" {
 		cfg.Status.Version, cfg.Status.Versions = v.running, v.counts

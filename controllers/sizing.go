@@ -90,22 +90,17 @@ func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg 
 		}
 		nodes, pods = *st.ObservedNodes, *st.ObservedPods
 	} else {
-		catalog, err := apiserver.StorageCatalog(c)
-		if err != nil {
-			return false, interval, err
+		for resource, n := range map[string]*int64{"nodes": &nodes, "pods": &pods} {
+			servers, key, err := countKey(c, resource)
+			if err != nil {
+				return false, interval, err
+			}
+			counted, err := r.Etcd.Count(ctx, servers, tlsConfig, key)
+			if err != nil {
+				return false, interval, err
+			}
+			*n = counted[0]
 		}
-		at := func(resource string) string {
-			return apiserver.EtcdKeyPrefix(c, catalog.EtcdPrefixes[schema.GroupResource{Resource: resource}])
-		}
-		counted, err := r.Etcd.Count(ctx, c.Etcd.ServersOf(schema.GroupResource{Resource: "nodes"}), tlsConfig, at("nodes"))
-		if err != nil {
-			return false, interval, err
-		}
-		nodes = counted[0]
-		if counted, err = r.Etcd.Count(ctx, c.Etcd.ServersOf(schema.GroupResource{Resource: "pods"}), tlsConfig, at("pods")); err != nil {
-			return false, interval, err
-		}
-		pods = counted[0]
 		st.ObservedNodes, st.ObservedPods = &nodes, &pods
 		st.ObservationTime = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
 	}
@@ -125,4 +120,15 @@ func (r *ApiServerConfigReconciler) observeClusterSize(ctx context.Context, cfg 
 	sizingDecisions.WithLabelValues(cfg.Namespace, cfg.Name).Inc()
 	r.event(cfg, corev1.EventTypeNormal, "Resized", "Resize", "Sized for %d nodes and %d pods observed in etcd", nodes, pods)
 	return true, next, nil
+}
+
+// countKey is where the tenant keeps a core resource's objects: its etcd
+// servers and the prefix of their keys.
+func countKey(c *apiserver.Completed, resource string) ([]string, string, error) {
+	catalog, err := apiserver.StorageCatalog(c)
+	if err != nil {
+		return nil, "", err
+	}
+	gr := schema.GroupResource{Resource: resource}
+	return c.Etcd.ServersOf(gr), apiserver.EtcdKeyPrefix(c, catalog.EtcdPrefixes[gr]), nil
 }

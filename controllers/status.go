@@ -53,6 +53,10 @@ type observations struct {
 	// hold is set while the pre-flight holds a minor upgrade: why, since
 	// when, and the quiet period as its grace before it stalls.
 	hold *envFailure
+	// agents is KonnectivityAgentsConnected as decided, with no status
+	// when the tenant has no spec.konnectivity (the condition goes); nil
+	// when the pass did not get to look.
+	agents *agentsDecision
 }
 
 // encryptionObservation is what the Encrypted condition reports.
@@ -80,6 +84,8 @@ func (o observations) unobserved(t string) bool {
 		return !o.etcdChecked
 	case v1alpha1.ConditionEncrypted:
 		return o.encryption == nil
+	case v1alpha1.ConditionKonnectivityAgentsConnected:
+		return o.agents == nil
 	}
 	return false
 }
@@ -310,9 +316,13 @@ func capitalize(s string) string {
 
 // conditions are every condition of the ApiServerConfig, in a fixed order.
 func conditions(o observations) []metav1.Condition {
-	return []metav1.Condition{
+	out := []metav1.Condition{
 		readyCondition(o), reconcilingCondition(o), stalledCondition(o), certificatesCondition(o),
 		etcdCondition(o), availableCondition(o), progressingCondition(o), degradedCondition(o),
 		encryptedCondition(o),
 	}
+	if o.agents != nil && o.agents.status != "" {
+		out = append(out, agentsCondition(*o.agents, o.generation))
+	}
+	return out
 }

@@ -83,7 +83,8 @@ func run(m *testing.M) (int, error) {
 		Tenants:     connectTestTenant,
 		TenantIndex: tenantIndex,
 		// The konnectivity servers of the tests' pods (envtest runs none).
-		KonnectivityProbe: probeTestKonnectivity,
+		KonnectivityProbe:         probeTestKonnectivity,
+		KonnectivityWatchInterval: time.Second,
 		// Short intervals, so that Auto sizing is observable in a test.
 		AutoSizingInterval: time.Second,
 		CATrustPropagation: time.Second,

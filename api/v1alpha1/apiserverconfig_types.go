@@ -1181,7 +1181,7 @@ type ApiServerConfigStatus struct {
 
 	// Conditions: Ready, Reconciling and Stalled (read by GitOps tools),
 	// CertificatesReady, EtcdAvailable, Available, Progressing, Degraded,
-	// Encrypted.
+	// Encrypted, and KonnectivityAgentsConnected with spec.konnectivity.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -1243,6 +1243,14 @@ type ApiServerConfigStatus struct {
 	// operator last applied it; unset when the tenant has none.
 	// +optional
 	NetworkPolicy *NetworkPolicyStatus `json:"networkPolicy,omitempty"`
+
+	// Konnectivity says how many konnectivity agents hold a tunnel to the
+	// konnectivity server of each apiserver pod, as last looked at (every
+	// --konnectivity-watch-interval, and during rollouts); unset without
+	// spec.konnectivity. The condition KonnectivityAgentsConnected says
+	// whether the tenant's nodes can be reached through them.
+	// +optional
+	Konnectivity *KonnectivityStatus `json:"konnectivity,omitempty"`
 
 	// AdminKubeconfigSecretName names the Secret, key value, that holds a
 	// kubeconfig with cluster-admin rights.
@@ -1403,6 +1411,31 @@ type ApiServerConfigList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ApiServerConfig `json:"items"`
+}
+
+// KonnectivityStatus is what the konnectivity servers of a tenant's
+// apiserver pods hold.
+type KonnectivityStatus struct {
+	// Servers are the konnectivity servers of the apiserver pods that run,
+	// by pod name.
+	// +listType=map
+	// +listMapKey=pod
+	// +optional
+	Servers []KonnectivityServerStatus `json:"servers,omitempty"`
+}
+
+// KonnectivityServerStatus is one apiserver pod's konnectivity server.
+type KonnectivityServerStatus struct {
+	// Pod is the apiserver pod's name.
+	Pod string `json:"pod"`
+	// Agents is the number of agents that hold a tunnel to the server (its
+	// konnectivity_network_proxy_server_ready_backends); unset when the
+	// server could not be looked at.
+	// +optional
+	Agents *int32 `json:"agents,omitempty"`
+	// Ready: the pod takes requests. A pod that is not ready yet may be
+	// waiting for an agent's tunnel (its readiness gate).
+	Ready bool `json:"ready"`
 }
 
 // NetworkPolicyStatus says what a tenant's NetworkPolicy lets through.

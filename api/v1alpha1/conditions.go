@@ -43,6 +43,16 @@ const (
 	// operator makes for the tenant; its message lists what waits. Absent
 	// when the tenant is not paused.
 	ConditionPaused = "Paused"
+	// ConditionKonnectivityAgentsConnected, present with spec.konnectivity,
+	// says whether the tenant's nodes can be reached through the
+	// konnectivity agents: True when every ready apiserver's konnectivity
+	// server holds a tunnel from at least one agent, or when the tenant has
+	// no node; False when it has nodes and a ready apiserver's server holds
+	// none (calls from that apiserver to nodes fail: logs, exec,
+	// port-forward, webhooks served on nodes); Unknown when the servers or
+	// the nodes could not be counted. It leaves Ready alone: the
+	// apiservers serve, and the agents run on the tenant's side.
+	ConditionKonnectivityAgentsConnected = "KonnectivityAgentsConnected"
 )
 
 // Annotations a user sets on an ApiServerConfig.
@@ -193,4 +203,20 @@ const (
 	// ReasonNoAgentInTime: the pod waited KonnectivityGateTimeout and
 	// serves without a tunnel (also the reason of a Warning event).
 	ReasonNoAgentInTime = "NoAgentInTime"
+)
+
+// Reasons of the KonnectivityAgentsConnected condition (and its event).
+const (
+	// ReasonAgentsConnected: every ready apiserver's konnectivity server
+	// holds a tunnel from an agent.
+	ReasonAgentsConnected = "AgentsConnected"
+	// ReasonNoNodes: the tenant has no node, so no agent is expected.
+	ReasonNoNodes = "NoNodes"
+	// ReasonNoAgentConnected: the tenant has nodes and the konnectivity
+	// server of a ready apiserver holds no agent's tunnel (also the reason
+	// of a Warning event).
+	ReasonNoAgentConnected = "NoAgentConnected"
+	// ReasonAgentsNotCounted: a ready apiserver's server, or the tenant's
+	// nodes in etcd, could not be counted; or no apiserver is ready.
+	ReasonAgentsNotCounted = "AgentsNotCounted"
 )

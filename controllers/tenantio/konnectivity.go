@@ -1,44 +1,102 @@
 package tenantio
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // KonnectivityProbeTimeout bounds one look at a konnectivity server.
 const KonnectivityProbeTimeout = 2 * time.Second
 
-// konnectivityProbeClient keeps no connection: a server is looked at only
-// while its pod waits for an agent, and 10 000 tenants must not hold one
-// each. A server that redirects is not a konnectivity server.
+// MaxKonnectivityMetricsBytes caps what is read of a konnectivity
+// server's /metrics: upstream's (v0.36) is about 10 KiB, and grows with
+// its dial histograms, not with the number of agents.
+const MaxKonnectivityMetricsBytes = 1 << 20
+
+// KonnectivityAgentsMetric is upstream's gauge of the agents that hold a
+// tunnel to a server, one series per proxy strategy: each agent is in
+// the default strategy's once.
+const (
+	KonnectivityAgentsMetric = "konnectivity_network_proxy_server_ready_backends"
+	konnectivityAgentsSeries = "default"
+)
+
+// konnectivityProbeClient keeps no connection: 10 000 tenants' servers
+// must not hold one each between looks. A server that redirects is not a
+// konnectivity server.
 var konnectivityProbeClient = &http.Client{
 	Timeout:       KonnectivityProbeTimeout,
-	Transport:     &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	Transport:     capResponses(MaxKonnectivityMetricsBytes, nil)(&http.Transport{DisableKeepAlives: true, Proxy: nil}),
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
-// KonnectivityReady reads the /readyz of the konnectivity server at
-// podIP:port (its health port): upstream answers 200 once an agent holds
-// a tunnel to it. At most a few KiB are read of what a pod, which may run
-// any image, answers.
-func KonnectivityReady(ctx context.Context, podIP string, port int) (bool, error) {
+// KonnectivityAgents counts the agents that hold a tunnel to the
+// konnectivity server at podIP:port (its health port, which serves
+// /metrics without authentication). At most MaxKonnectivityMetricsBytes
+// are read of what a pod, which may run any image, answers, and only the
+// one metric family is kept.
+func KonnectivityAgents(ctx context.Context, podIP string, port int) (int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, KonnectivityProbeTimeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(port)) + "/readyz"
+	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(port)) + "/metrics"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	resp, err := konnectivityProbeClient.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("reading the konnectivity server's readiness at %s: %w", url, err)
+		return 0, fmt.Errorf("reading the konnectivity server's metrics at %s: %w", url, err)
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	_ = resp.Body.Close()
-	return resp.StatusCode == http.StatusOK, nil
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("reading the konnectivity server's metrics at %s: %s", url, resp.Status)
+	}
+	kept, err := metricFamilies(resp.Body, []string{KonnectivityAgentsMetric})
+	if err != nil {
+		return 0, fmt.Errorf("reading the konnectivity server's metrics at %s: %w", url, err)
+	}
+	n, err := ParseKonnectivityAgents(kept)
+	if err != nil {
+		return 0, fmt.Errorf("reading the konnectivity server's metrics at %s: %w", url, err)
+	}
+	return n, nil
+}
+
+// ParseKonnectivityAgents reads the number of agents from a konnectivity
+// server's metrics in the text format: the default strategy's series of
+// KonnectivityAgentsMetric, 0 when there is none (no agent ever came).
+func ParseKonnectivityAgents(metrics []byte) (int32, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(metrics))
+	if err != nil {
+		return 0, fmt.Errorf("parsing %s: %w", KonnectivityAgentsMetric, err)
+	}
+	f := families[KonnectivityAgentsMetric]
+	if f == nil {
+		return 0, nil
+	}
+	if f.GetType() != dto.MetricType_GAUGE {
+		return 0, fmt.Errorf("%s is a %s, not a gauge", KonnectivityAgentsMetric, f.GetType())
+	}
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "proxy_strategy" && l.GetValue() == konnectivityAgentsSeries {
+				v := m.GetGauge().GetValue()
+				if v < 0 || v > 1<<30 {
+					return 0, fmt.Errorf("%s is %g, not a number of agents", KonnectivityAgentsMetric, v)
+				}
+				return int32(v), nil
+			}
+		}
+	}
+	return 0, nil
 }

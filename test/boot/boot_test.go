@@ -305,7 +305,7 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, et
 	// and health ports.
 	var konnectivity *konnectivityServer
 	for _, ctr := range objs.Deployment.Spec.Template.Spec.InitContainers {
-		if ctr.Name != "konnectivity-server" {
+		if ctr.Name != apiserver.KonnectivityServerContainer {
 			continue
 		}
 		konnectivity = &konnectivityServer{healthPort: freePort(t), socket: konnectivitySocket}

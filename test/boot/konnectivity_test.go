@@ -32,6 +32,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // nodeBehind is a tenant's apiserver booted as rendered, and a node of
@@ -55,6 +56,8 @@ type nodeBehind struct {
 	token     func(audience string) string
 	agent     func(name, tokenPath string) *exec.Cmd
 	serverLog string
+	// servers are the konnectivity servers, one per apiserver.
+	servers []*konnectivityServer
 	// The CA the agents' ConfigMap carries as published, the first
 	// apiserver's address, and the certificate it was given for the
 	// agents' name.
@@ -96,7 +99,7 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 		t.Fatalf("the rendered pod runs the konnectivity server: %v, want %v", b.konnectivity != nil, withProxy)
 	}
 	cs := b.cs
-	clients, agentPorts := []*kubernetes.Clientset{cs}, []int{agentPort}
+	clients, agentPorts, servers := []*kubernetes.Clientset{cs}, []int{agentPort}, []*konnectivityServer{b.konnectivity}
 	for i := 1; i < apiservers; i++ {
 		replica := cfg.DeepCopy()
 		replica.Spec.Serving.SecurePort = int32(freePort(t))
@@ -108,7 +111,9 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 		if err := os.MkdirAll(replicaDir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, bootReplica(t, replicaDir, replica, etcdCA, etcdClient, b, fmt.Sprintf("boot-%d", i)).cs)
+		r := bootReplica(t, replicaDir, replica, etcdCA, etcdClient, b, fmt.Sprintf("boot-%d", i))
+		clients = append(clients, r.cs)
+		servers = append(servers, r.konnectivity)
 	}
 	// The address the agents dial: the Service, which sends each
 	// connection to one of the servers.
@@ -159,7 +164,7 @@ func newNodeBehind(t testing.TB, withProxy bool, apiservers int) *nodeBehind {
 			Containers:                   []corev1.Container{{Name: "app", Image: "app"}},
 		},
 	}, metav1.CreateOptions{}))
-	n := &nodeBehind{ctx: ctx, cs: cs, apiservers: clients, kubeletRequests: &kubeletRequests, lastKubeletPath: &lastKubeletPath}
+	n := &nodeBehind{ctx: ctx, cs: cs, apiservers: clients, kubeletRequests: &kubeletRequests, lastKubeletPath: &lastKubeletPath, servers: servers}
 	if !withProxy {
 		return n
 	}
@@ -388,6 +393,7 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 	if n := n.kubeletRequests.Load(); n != 0 {
 		t.Fatalf("the kubelet got %d requests with no agent connected", n)
 	}
+	n.waitForAgents(t, 0)
 
 	// An agent with a token for another audience: the server refuses it,
 	// and the node stays unreachable.
@@ -405,6 +411,8 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 	if out, err := n.logs(); err == nil {
 		t.Fatalf("kubectl logs worked through an agent the server should have refused (%q)", out)
 	}
+	// What the operator reads of the server counts no refused agent.
+	n.waitForAgents(t, 0)
 
 	// The agent of the node, as the tenant runs it: logs go through it.
 	nodeAgent := n.agent("agent", n.token(apiserver.KonnectivityAudience))
@@ -418,6 +426,7 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 	if n.kubeletRequests.Load() == 0 {
 		t.Error("kubectl logs answered, but the kubelet saw no request")
 	}
+	n.waitForAgents(t, 1)
 
 	// The server holds a Lease in the tenant, which its agents count: the
 	// number of servers is in no flag of the pod.
@@ -449,6 +458,7 @@ func TestRenderedKonnectivity_CarriesNodeTrafficThroughAnAgent(t *testing.T) {
 	_ = nodeAgent.Process.Kill()
 	_, err = n.waitFor(t, "with the agent gone", func(_ string, err error) bool { return err != nil })
 	t.Logf("kubectl logs with no agent: %v", err)
+	n.waitForAgents(t, 0)
 }
 
 // TestRenderedKonnectivity_AgentsCountTheServers runs two apiservers of a
@@ -477,6 +487,26 @@ func TestRenderedKonnectivity_AgentsCountTheServers(t *testing.T) {
 		}
 	}
 	t.Logf("one agent, two servers counted by their Leases: logs through both apiservers %s after the agent started", time.Since(start).Round(10*time.Millisecond))
+	n.waitForAgents(t, 1)
+}
+
+// waitForAgents waits, a minute at most, until the operator's count of
+// the agents of each server (tenantio.KonnectivityAgents, on its health
+// port as the operator reads a pod's) is want.
+func (n *nodeBehind) waitForAgents(t testing.TB, want int32) {
+	t.Helper()
+	for i, s := range n.servers {
+		var got int32
+		var err error
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+			if got, err = tenantio.KonnectivityAgents(n.ctx, "127.0.0.1", s.healthPort); err == nil && got == want {
+				break
+			}
+		}
+		if err != nil || got != want {
+			t.Fatalf("the operator counts %d agents (%v) of the konnectivity server of boot-%d for a minute, want %d", got, err, i, want)
+		}
+	}
 }
 
 // BenchmarkKonnectivityLogs measures kubectl logs of a pod on a node, one

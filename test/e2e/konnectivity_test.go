@@ -313,6 +313,30 @@ func waitNoKonnectivityServer(t testing.TB, c client.Client, cfg *v1alpha1.ApiSe
 	t.Fatalf("apiserver pods still run the konnectivity server %s after it was turned off", timeout)
 }
 
+// waitAgentCounts waits until status.konnectivity counts want agents at
+// the konnectivity server of every apiserver pod, each pod ready, and as
+// many servers as masterCount.
+func waitAgentCounts(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, want int32, timeout time.Duration) {
+	t.Helper()
+	var last string
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		got := getTenant(t, c, cfg)
+		k := got.Status.Konnectivity
+		last = fmt.Sprintf("%+v", k)
+		if k == nil || int32(len(k.Servers)) != ptr.Deref(got.Spec.MasterCount, 1) {
+			continue
+		}
+		all := true
+		for _, s := range k.Servers {
+			all = all && s.Ready && s.Agents != nil && *s.Agents == want
+		}
+		if all {
+			return
+		}
+	}
+	t.Fatalf("status.konnectivity of %s/%s does not count %d agent(s) at every apiserver within %s; last: %s", cfg.Namespace, cfg.Name, want, timeout, last)
+}
+
 // restartsOf is the restarts of a pod's containers, or -1 when the pod is
 // gone or another pod of that name replaced it.
 func restartsOf(ctx context.Context, tenant *kubernetes.Clientset, pod *corev1.Pod) int32 {

@@ -369,6 +369,16 @@ func yamlOf(obj any) ([]byte, error) { return yaml.Marshal(obj) }
 
 func clientKey(obj client.Object) client.ObjectKey { return client.ObjectKeyFromObject(obj) }
 
+// getTenant is cfg as the management cluster has it now.
+func getTenant(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) *v1alpha1.ApiServerConfig {
+	t.Helper()
+	got := &v1alpha1.ApiServerConfig{}
+	if err := c.Get(context.Background(), clientKey(cfg), got); err != nil {
+		t.Fatalf("reading ApiServerConfig %s/%s: %v", cfg.Namespace, cfg.Name, err)
+	}
+	return got
+}
+
 // tenantKubectl runs kubectl against a tenant with its admin kubeconfig,
 // through the NodePort.
 func tenantKubectl(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, args ...string) string {

@@ -14,6 +14,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -108,13 +109,19 @@ func TestOperator_RotationsFailNoRequest(t *testing.T) {
 	// A node behind NAT, its agent and a workload: logs, exec and
 	// port-forward through the tenant reach it.
 	manifests := publishAgentPorts(t, c, cfg)
+	// Status counts the agents: none, and no node to reach yet.
+	waitConditions(t, c, cfg, map[string]string{v1alpha1.ConditionKonnectivityAgentsConnected: "True|no node"}, time.Minute)
 	node := startNATNode(t, c, cfg, tenant)
+	// A node no agent serves: the condition says so.
+	waitConditions(t, c, cfg, map[string]string{v1alpha1.ConditionKonnectivityAgentsConnected: "False|1 node(s) but no konnectivity agent"}, time.Minute)
 	agentStart := time.Now()
 	agent := applyAgents(t, c, cfg, tenant, manifests)
 	t.Logf("konnectivity agent on the NAT node Ready in %s", time.Since(agentStart).Round(100*time.Millisecond))
 	runNodeApp(t, tenant)
 	took := waitNodeCalls(t, c, cfg, 2*time.Minute)
 	t.Logf("kubectl logs, exec and port-forward to a pod of the NAT node work through the tenant (after %s)", took.Round(100*time.Millisecond))
+	waitConditions(t, c, cfg, map[string]string{v1alpha1.ConditionKonnectivityAgentsConnected: "True|agents hold tunnels"}, time.Minute)
+	waitAgentCounts(t, c, cfg, 1, time.Minute)
 
 	// A token issued before any rotation, and a client using it.
 	if _, err := tenant.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "long-lived"}}, metav1.CreateOptions{}); err != nil {
@@ -229,6 +236,9 @@ func TestOperator_RotationsFailNoRequest(t *testing.T) {
 	managementKubectl(t, "-n", ns, "patch", "asc/rotated", "--type=json", "-p", `[{"op":"remove","path":"/spec/konnectivity"}]`)
 	waitReady(t, c, cfg, 3*time.Minute)
 	waitNoKonnectivityServer(t, c, cfg, 3*time.Minute)
+	if got := getTenant(t, c, cfg); got.Status.Konnectivity != nil || meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionKonnectivityAgentsConnected) != nil {
+		t.Errorf("without spec.konnectivity, status still counts agents: %+v, %+v", got.Status.Konnectivity, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionKonnectivityAgentsConnected))
+	}
 	failed := nodeCalls(t, c, cfg, 6*time.Second)
 	for _, call := range []string{"logs", "exec", "port-forward"} {
 		switch err := failed[call]; {
