@@ -101,6 +101,7 @@ type options struct {
 	validatorDir                 string
 	validatorSocket              string
 	admissionRetainedData        bool
+	requireDryRunGuard           bool
 	backupDir                    string
 	datastoreNamespace           string
 	datastoreReload              time.Duration
@@ -194,6 +195,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Unix socket on which \"manager validators\" serves the validators, in a container of their own (config/webhook): they then run under a user of their own, without the service account token. Empty runs them in this process's own container, from --validator-dir.")
 	fs.BoolVar(&o.admissionRetainedData, "admission-checks-retained-data", true,
 		"Admission refuses an etcd prefix over the data a deleted tenant kept (deletionPolicy Retain), which it finds by the labels of the Secrets kept with it: that takes the right to list and watch Secrets. Default: true where this process runs the controllers too, false in a webhook of its own (--controllers=false, config/webhook), whose ServiceAccount reads no Secret; the controllers then hold such a tenant (reason RetainedKeyspace) and touch none of the data.")
+	fs.BoolVar(&o.requireDryRunGuard, "require-dry-run-guard", true,
+		"The webhook is not ready until the ValidatingAdmissionPolicy and binding "+webhooks.DryRunGuard+" (config/webhook/dryrun_guard.yaml, which OLM does not install) exist: without them its ServiceAccount may create Services, Deployments, PodDisruptionBudgets and NetworkPolicies for real. Turn off only where other admission control refuses its writes that are not dry runs.")
 	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
 		"Before a minor upgrade, how long no client may have called an API the target version no longer serves (as the running apiservers count them) before the upgrade goes ahead; the annotation "+apiserver.AllowRemovedAPICallsAnnotation+"=<version> lets it go at once.")
 	fs.DurationVar(&o.stallAfter, "stall-after", controllers.DefaultStallAfter,
@@ -419,6 +422,11 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			return started(req)
 		}
 		delay = o.shutdownDelay
+		if o.requireDryRunGuard {
+			if err := mgr.AddReadyzCheck("dry-run-guard", webhooks.NewDryRunGuardCheck(mgr.GetAPIReader()).Check); err != nil {
+				return fmt.Errorf("adding the dry-run guard's readiness check: %w", err)
+			}
+		}
 	}
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
