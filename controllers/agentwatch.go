@@ -152,10 +152,12 @@ func (w *agentWatch) lookOnce(ctx context.Context) {
 	}
 	var mu sync.Mutex
 	agents := make(map[types.NamespacedName]map[string]*int32, len(targets))
+	for key, t := range targets {
+		agents[key] = make(map[string]*int32, len(t.servers))
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(agentWatchConcurrency)
 	for key, t := range targets {
-		agents[key] = make(map[string]*int32, len(t.servers))
 		for _, s := range t.servers {
 			if limiter.Wait(gctx) != nil {
 				break
@@ -204,16 +206,20 @@ func (w *agentWatch) lookOnce(ctx context.Context) {
 
 	for key, t := range targets {
 		look := agentLook{agents: agents[key], nodes: nodes[key], at: now}
-		recordAgentMetrics(key, t.servers, look)
 		changed := !look.same(t.servers, t.look)
 		w.mu.Lock()
-		// Recorded as seen: the pass it brings takes it as recent.
-		if cur, ok := w.tenants[key]; ok && slices.Equal(cur.servers, t.servers) {
+		// Recorded as seen: the pass it brings takes it as recent. A
+		// tenant forgotten or whose pods changed meanwhile keeps what its
+		// pass recorded, series included.
+		cur, ok := w.tenants[key]
+		current := ok && slices.Equal(cur.servers, t.servers)
+		if current {
 			cur.look = look
 			w.tenants[key] = cur
+			recordAgentMetrics(key, t.servers, look)
 		}
 		w.mu.Unlock()
-		if !changed {
+		if !current || !changed {
 			continue
 		}
 		select {
