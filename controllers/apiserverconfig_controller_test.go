@@ -236,6 +236,15 @@ func TestApiServerConfigReconciler_ReportsTheUnreachableEtcdEndpoint(t *testing.
 		if r := conditionOf(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse || r.Reason != v1alpha1.ReasonEtcdUnreachable {
 			return fmt.Errorf("Ready is %v", r)
 		}
+		// Why is the operator's log's: status would tell whoever writes
+		// a spec which addresses the operator reaches.
+		for _, c := range got.Status.Conditions {
+			for _, cause := range []string{"connection refused", "dial tcp"} {
+				if strings.Contains(c.Message, cause) {
+					t.Fatalf("%s says %q: %q", c.Type, cause, c.Message)
+				}
+			}
+		}
 		return nil
 	})
 }

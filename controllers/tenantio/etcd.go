@@ -5,6 +5,7 @@
 package tenantio
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -13,13 +14,15 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// Etcd talks to a tenant's etcd servers.
+// Etcd talks to a tenant's etcd servers. Every error of a request is an
+// *Unreachable: coarse in its message, whole in Detail.
 type Etcd interface {
 	// Check asks every endpoint for its status; the error names the first
 	// one that does not answer.
@@ -86,37 +89,92 @@ func (e EtcdV3) Check(ctx context.Context, endpoints []string, tlsConfig *tls.Co
 	return nil
 }
 
-// Unreachable is the error of Check: the first endpoint that did not
-// answer. Its message does not say why: the endpoints are the spec's, and
+// Unreachable is the error of a request to a tenant's etcd: what was
+// asked, of which servers (as the spec names them), and why it failed in
+// a few words. Its message says no more: the endpoints are the spec's, and
 // telling a refused connection from a timeout or a TLS failure would let
 // whoever writes a spec map which addresses of the management network
-// answer. Detail has the cause, for the operator's log.
+// answer (status shows the message to them). Detail has the cause, for
+// the operator's log.
 type Unreachable struct {
+	// Doing is what was asked: "" for the status of Check.
+	Doing string
+	// Endpoint is the server asked, or the servers, comma-separated.
 	Endpoint string
-	Err      error
+	// Cause follows "etcd <Endpoint>": "did not answer" when empty.
+	Cause string
+	Err   error
 }
 
 func (e *Unreachable) Error() string {
-	return fmt.Sprintf("etcd %s did not answer (the operator's log has the cause)", e.Endpoint)
+	return e.what() + " (the operator's log has the cause)"
 }
 
 // Detail is the message with the cause.
 func (e *Unreachable) Detail() string {
-	return fmt.Sprintf("etcd %s did not answer: %v", e.Endpoint, e.Err)
+	return fmt.Sprintf("%s: %v", e.what(), e.Err)
 }
+
+func (e *Unreachable) what() string {
+	s := fmt.Sprintf("etcd %s %s", e.Endpoint, cmp.Or(e.Cause, "did not answer"))
+	if e.Doing != "" {
+		s = e.Doing + ": " + s
+	}
+	return s
+}
+
 func (e *Unreachable) Unwrap() error { return e.Err }
 
-// Detail is err's message with its cause, for the operator's log.
-func Detail(err error) string {
-	var u *Unreachable
-	if errors.As(err, &u) {
-		return u.Detail()
+// failed is the error of a request to endpoints that err ended. A pass
+// asks a server anything else only once it answered the status check, so
+// the cause may say how it answered: too much, a refusal of the
+// operator's credentials, a revision compacted. Anything else (a refused
+// connection, a timeout, a TLS failure alike) is that it did not answer.
+func failed(doing string, endpoints []string, err error) error {
+	cause := ""
+	switch {
+	case tooLarge(err):
+		cause = fmt.Sprintf("answered more than %d MiB", MaxResponseBytes>>20)
+	case errors.Is(err, rpctypes.ErrCompacted):
+		cause = "compacted the revision being read"
+	case errors.Is(err, rpctypes.ErrUserEmpty), code(err) == codes.PermissionDenied, code(err) == codes.Unauthenticated:
+		cause = "refused the operator's credentials"
 	}
-	return err.Error()
+	return &Unreachable{Doing: doing, Endpoint: strings.Join(endpoints, ","), Cause: cause, Err: err}
 }
 
-// UnreachableEndpoint is the endpoint err names: "" for no error, the whole
-// message for an error of another kind.
+// code is the gRPC code of err, which the etcd client turns into an
+// rpctypes.EtcdError when etcd named it.
+func code(err error) codes.Code {
+	var e rpctypes.EtcdError
+	if errors.As(err, &e) {
+		return e.Code()
+	}
+	return status.Code(err)
+}
+
+// tooLarge says that gRPC refused an answer over MaxResponseBytes: with
+// ResourceExhausted, which etcd's own "too many requests" shares; the
+// message tells.
+func tooLarge(err error) bool {
+	return status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "larger than max")
+}
+
+// Detail is err's message with the cause that an Unreachable in it leaves
+// out, for the operator's log.
+func Detail(err error) string {
+	var u *Unreachable
+	if !errors.As(err, &u) {
+		return err.Error()
+	}
+	if msg := err.Error(); strings.Contains(msg, u.Error()) {
+		return strings.Replace(msg, u.Error(), u.Detail(), 1)
+	}
+	return err.Error() + ": " + u.Detail()
+}
+
+// UnreachableEndpoint is the endpoint, or endpoints, err names: "" for no
+// error, the whole message for an error of another kind.
 func UnreachableEndpoint(err error) string {
 	var u *Unreachable
 	switch {
@@ -133,7 +191,7 @@ func UnreachableEndpoint(err error) string {
 func (e EtcdV3) Count(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefixes ...string) ([]int64, error) {
 	cli, err := e.Client(endpoints, tlsConfig)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+		return nil, failed("counting keys", endpoints, err)
 	}
 	defer func() { _ = cli.Close() }()
 	counts := make([]int64, len(prefixes))
@@ -142,7 +200,7 @@ func (e EtcdV3) Count(ctx context.Context, endpoints []string, tlsConfig *tls.Co
 		resp, err := cli.Get(reqCtx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("counting keys under %s in etcd %v: %w", p, endpoints, err)
+			return nil, failed("counting the keys under "+p, endpoints, err)
 		}
 		counts[i] = resp.Count
 	}
@@ -157,7 +215,7 @@ const scanPage = 500
 func (e EtcdV3) Scan(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string, fn func(key, value []byte)) error {
 	cli, err := e.Client(endpoints, tlsConfig)
 	if err != nil {
-		return fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+		return failed("reading the keys under "+prefix, endpoints, err)
 	}
 	defer func() { _ = cli.Close() }()
 	_, err = e.pages(ctx, cli, endpoints, prefix, func(kvs []*mvccpb.KeyValue) error {
@@ -185,17 +243,19 @@ func (e EtcdV3) pages(ctx context.Context, cli *clientv3.Client, endpoints []str
 		reqCtx, cancel := context.WithTimeout(ctx, e.RequestTimeout())
 		resp, err := cli.Get(reqCtx, from, opts...)
 		cancel()
-		// gRPC refuses an answer over the limit with ResourceExhausted,
-		// which etcd's own "too many requests" shares: the message tells.
-		if status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "larger than max") {
+		if tooLarge(err) {
 			if page > 1 {
 				page = max(page/4, 1) // large values: smaller pages from here on
 				continue
 			}
-			return 0, fmt.Errorf("reading the keys under %s in etcd %v: a value at or after key %q is larger than %d MiB, more than kube-apiserver stores: not read", prefix, endpoints, strings.TrimSuffix(from, "\x00"), MaxResponseBytes>>20)
+			// The key is the etcd's to name, and as long as it likes:
+			// the log has it, status does not.
+			return 0, &Unreachable{Doing: "reading the keys under " + prefix, Endpoint: strings.Join(endpoints, ","),
+				Cause: fmt.Sprintf("answered a value of more than %d MiB, more than kube-apiserver stores", MaxResponseBytes>>20),
+				Err:   fmt.Errorf("the value at or after key %q: %w", strings.TrimSuffix(from, "\x00"), err)}
 		}
 		if err != nil {
-			return 0, fmt.Errorf("reading the keys under %s in etcd %v: %w", prefix, endpoints, err)
+			return 0, failed("reading the keys under "+prefix, endpoints, err)
 		}
 		if rev == 0 {
 			// Later pages answer with the store's revision in their
@@ -223,14 +283,14 @@ func (e EtcdV3) Delete(ctx context.Context, endpoints []string, tlsConfig *tls.C
 	}
 	cli, err := e.Client(endpoints, tlsConfig)
 	if err != nil {
-		return 0, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+		return 0, failed("deleting the keys under "+prefix, endpoints, err)
 	}
 	defer func() { _ = cli.Close() }()
 	reqCtx, cancel := context.WithTimeout(ctx, max(deleteTimeout, e.RequestTimeout()))
 	defer cancel()
 	resp, err := cli.Delete(reqCtx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return 0, fmt.Errorf("deleting the keys under %s in etcd %v: %w", prefix, endpoints, err)
+		return 0, failed("deleting the keys under "+prefix, endpoints, err)
 	}
 	return resp.Deleted, nil
 }

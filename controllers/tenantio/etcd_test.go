@@ -1,105 +1,37 @@
 package tenantio
 
 import (
-	"bufio"
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
-	"os/exec"
 	"runtime"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/test/hostileetcd"
 )
 
-// hostileKV is a tenant's etcd that answers ranges with large values: the
-// keys of values, each of its size, and one giant value under /giant/.
-type hostileKV struct {
-	etcdserverpb.UnimplementedKVServer
-	values map[string]int
-}
+// The hostile etcd's process is this test binary: it serves before any
+// test runs.
+func init() { hostileetcd.ServeIfAsked() }
 
-func (h *hostileKV) Range(_ context.Context, r *etcdserverpb.RangeRequest) (*etcdserverpb.RangeResponse, error) {
-	var keys []string
-	for k := range h.values {
-		if k >= string(r.Key) && (len(r.RangeEnd) == 0 || k < string(r.RangeEnd)) {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	resp := &etcdserverpb.RangeResponse{Header: &etcdserverpb.ResponseHeader{Revision: 7}, Count: int64(len(keys))}
-	if r.Limit > 0 && int64(len(keys)) > r.Limit {
-		keys, resp.More = keys[:r.Limit], true
-	}
-	for _, k := range keys {
-		resp.Kvs = append(resp.Kvs, &mvccpb.KeyValue{Key: []byte(k), Value: bytes.Repeat([]byte("x"), h.values[k])})
-	}
-	return resp, nil
-}
-
-// serveHostileEtcd runs the hostile etcd in a process of its own (this
-// test binary, as TestHostileEtcdProcess), so that what it allocates to
-// answer does not count in the heap the test measures.
-func serveHostileEtcd(t *testing.T) string {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHostileEtcdProcess$")
-	cmd.Env = append(os.Environ(), "TENANTIO_HOSTILE_ETCD=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close() // the process ends when its stdin does
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("the hostile etcd did not say where it listens: %v", err)
-	}
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
-	if !ok {
-		t.Fatalf("the hostile etcd said %q", line)
-	}
-	return "http://" + addr
-}
-
-// TestHostileEtcdProcess is the hostile etcd's process: it serves until
-// its stdin closes.
-func TestHostileEtcdProcess(t *testing.T) {
-	if os.Getenv("TENANTIO_HOSTILE_ETCD") == "" {
-		t.Skip("the hostile etcd of TestEtcdV3_AHostileEtcdCannotMakeTheOperatorHoldWhatItSends")
-	}
-	kv := &hostileKV{values: map[string]int{"/giant/a": 100 << 20}}
-	// 30 values of 1 MiB: 30 MiB in one page of 500 keys.
+// hostileValues: one giant value under /giant/, and 30 values of 1 MiB
+// (30 MiB in one page of 500 keys) under /big/.
+func hostileValues() hostileetcd.Values {
+	values := hostileetcd.Values{"/giant/a": 100 << 20}
 	for i := range 30 {
-		kv.values[fmt.Sprintf("/big/%02d", i)] = 1 << 20
+		values[fmt.Sprintf("/big/%02d", i)] = 1 << 20
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer(grpc.MaxSendMsgSize(1 << 30))
-	etcdserverpb.RegisterKVServer(s, kv)
-	go func() { _ = s.Serve(lis) }()
-	fmt.Printf("listening on %s\n", lis.Addr())
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	s.Stop()
+	return values
 }
 
 func heapInUse() uint64 {
@@ -110,7 +42,7 @@ func heapInUse() uint64 {
 }
 
 func TestEtcdV3_AHostileEtcdCannotMakeTheOperatorHoldWhatItSends(t *testing.T) {
-	endpoint := serveHostileEtcd(t)
+	endpoint := hostileetcd.Start(t, hostileValues())
 	e := EtcdV3{Timeout: 20 * time.Second}
 	ctx := context.Background()
 
@@ -118,8 +50,12 @@ func TestEtcdV3_AHostileEtcdCannotMakeTheOperatorHoldWhatItSends(t *testing.T) {
 	err := e.Scan(ctx, []string{endpoint}, nil, "/giant/", func(key, value []byte) {
 		t.Errorf("a value of %d bytes was handed over", len(value))
 	})
-	if err == nil || !strings.Contains(err.Error(), "is larger than 8 MiB") {
+	if err == nil || err.Error() != "reading the keys under /giant/: etcd "+endpoint+" answered a value of more than 8 MiB, more than kube-apiserver stores (the operator's log has the cause)" {
 		t.Fatalf("want the 100 MiB answer refused, got %v", err)
+	}
+	// The key and gRPC's words are the log's.
+	if d := Detail(err); !strings.Contains(d, `key "/giant/"`) || !strings.Contains(d, "larger than max") {
+		t.Errorf("the detail is %q", d)
 	}
 	// gRPC refuses the message from its length, before reading it.
 	if grown := int64(heapInUse()) - int64(before); grown > 20<<20 {
@@ -191,4 +127,96 @@ func listen(t *testing.T) net.Listener {
 	}
 	t.Cleanup(func() { _ = lis.Close() })
 	return lis
+}
+
+// What a request to a tenant's etcd met is told in status in a few words;
+// gRPC's, with the addresses it dialled, are the log's.
+func TestFailed_SaysCoarselyWhy(t *testing.T) {
+	refused := status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.0.0.7:2379: connect: connection refused"`)
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{refused, "did not answer"},
+		{context.DeadlineExceeded, "did not answer"},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`), "did not answer"},
+		{status.Error(codes.ResourceExhausted, "grpc: received message larger than max (104857612 vs. 8388608)"), "answered more than 8 MiB"},
+		{rpctypes.ErrTooManyRequests, "did not answer"},
+		{rpctypes.ErrPermissionDenied, "refused the operator's credentials"},
+		{rpctypes.ErrUserEmpty, "refused the operator's credentials"},
+		{rpctypes.ErrInvalidAuthToken, "refused the operator's credentials"},
+		{rpctypes.ErrCompacted, "compacted the revision being read"},
+	} {
+		err := fmt.Errorf("checking the data: %w", failed("reading the keys under /t/", []string{"https://a:2379", "https://b:2379"}, tt.err))
+		want := "checking the data: reading the keys under /t/: etcd https://a:2379,https://b:2379 " + tt.want + " (the operator's log has the cause)"
+		if err.Error() != want {
+			t.Errorf("%v:\n got %s\nwant %s", tt.err, err, want)
+		}
+		if d := Detail(err); !strings.HasPrefix(d, "checking the data: reading the keys under /t/: etcd https://a:2379,https://b:2379 "+tt.want+": ") || !strings.HasSuffix(d, tt.err.Error()) {
+			t.Errorf("%v: the detail is %s", tt.err, d)
+		}
+		if !errors.Is(err, tt.err) {
+			t.Errorf("%v: not in the chain of %v", tt.err, err)
+		}
+	}
+	if !IsCompacted(failed("reading", nil, rpctypes.ErrCompacted)) {
+		t.Error("a compaction is not told as one")
+	}
+}
+
+// Whatever the operator asks of an etcd that stops answering after its
+// check, the error says what was asked of which servers, not why.
+func TestEtcdV3_EveryRequestIsTold(t *testing.T) {
+	closing := listen(t)
+	go func() {
+		for {
+			c, err := closing.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	ep := "http://" + closing.Addr().String()
+	eps := []string{ep}
+	e := EtcdV3{Timeout: 500 * time.Millisecond}
+	ctx := context.Background()
+	_, count := e.Count(ctx, eps, nil, "/t/")
+	scan := e.Scan(ctx, eps, nil, "/t/", func(_, _ []byte) {})
+	// A deletion waits minutes for the etcd, unless its context says less.
+	short, cancel := context.WithTimeout(ctx, e.Timeout)
+	_, del := e.Delete(short, eps, nil, "/t/")
+	cancel()
+	_, snapshot := e.Snapshot(ctx, eps, nil, "/t/", func(SnapshotKey) error { return nil })
+	var load error
+	if l, err := e.Loader(eps, nil); err != nil {
+		load = err
+	} else {
+		_ = l.Put(ctx, []byte("/t/a"), []byte("a"), 0)
+		load = l.Flush(ctx)
+		_ = l.Close()
+	}
+	ensure := e.EnsureUser(ctx, eps, nil, "u", []apiserver.EtcdKeyRange{{Key: "/t/", End: "/t0"}})
+	remove := e.RemoveUser(ctx, eps, nil, "u")
+	for _, tt := range []struct {
+		err   error
+		doing string
+	}{
+		{count, "counting the keys under /t/"},
+		{scan, "reading the keys under /t/"},
+		{del, "deleting the keys under /t/"},
+		{snapshot, "reading the keys under /t/"},
+		{load, "writing 1 keys"},
+		{ensure, "asking whether etcd enforces authentication"},
+		{remove, "deleting the etcd user u"},
+	} {
+		want := tt.doing + ": etcd " + ep + " did not answer (the operator's log has the cause)"
+		if tt.err == nil || tt.err.Error() != want {
+			t.Errorf("got %v\nwant %s", tt.err, want)
+			continue
+		}
+		if UnreachableEndpoint(tt.err) != ep || Detail(tt.err) == tt.err.Error() {
+			t.Errorf("%s: names %q, and its detail is %q", tt.doing, UnreachableEndpoint(tt.err), Detail(tt.err))
+		}
+	}
 }

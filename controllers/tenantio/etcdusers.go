@@ -24,27 +24,27 @@ import (
 func EnsureEtcdUser(ctx context.Context, cli *clientv3.Client, name string, perms []apiserver.EtcdKeyRange) error {
 	status, err := cli.AuthStatus(ctx)
 	if err != nil {
-		return fmt.Errorf("asking etcd whether it enforces authentication: %w", err)
+		return failed("asking whether etcd enforces authentication", cli.Endpoints(), err)
 	}
 	if !status.Enabled {
 		return errors.New("etcd does not enforce authentication, so a user of the tenant's own would keep nothing from it: turn it on (etcdctl auth enable), or take the servers out of the datastore Secret")
 	}
 	if _, err := cli.UserAddWithOptions(ctx, name, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
-		return fmt.Errorf("adding the etcd user %s: %w", name, err)
+		return failed("adding the etcd user "+name, cli.Endpoints(), err)
 	}
 	if _, err := cli.RoleAdd(ctx, name); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
-		return fmt.Errorf("adding the etcd role %s: %w", name, err)
+		return failed("adding the etcd role "+name, cli.Endpoints(), err)
 	}
 	role, err := cli.RoleGet(ctx, name)
 	if err != nil {
-		return fmt.Errorf("reading the etcd role %s: %w", name, err)
+		return failed("reading the etcd role "+name, cli.Endpoints(), err)
 	}
 	held := map[apiserver.EtcdKeyRange]bool{}
 	for _, p := range role.Perm {
 		r := apiserver.EtcdKeyRange{Key: string(p.Key), End: string(p.RangeEnd)}
 		if p.PermType != authpb.READWRITE || !wanted(perms, r) {
 			if _, err := cli.RoleRevokePermission(ctx, name, r.Key, r.End); err != nil && !errors.Is(err, rpctypes.ErrPermissionNotGranted) {
-				return fmt.Errorf("revoking the etcd role %s's permission on %q: %w", name, r.Key, err)
+				return failed(fmt.Sprintf("revoking the etcd role %s's permission on %q", name, r.Key), cli.Endpoints(), err)
 			}
 			continue
 		}
@@ -55,23 +55,23 @@ func EnsureEtcdUser(ctx context.Context, cli *clientv3.Client, name string, perm
 			continue
 		}
 		if _, err := cli.RoleGrantPermission(ctx, name, r.Key, r.End, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
-			return fmt.Errorf("granting the etcd role %s read and write on %q: %w", name, r.Key, err)
+			return failed(fmt.Sprintf("granting the etcd role %s read and write on %q", name, r.Key), cli.Endpoints(), err)
 		}
 	}
 	if _, err := cli.UserGrantRole(ctx, name, name); err != nil {
-		return fmt.Errorf("granting the etcd user %s its role: %w", name, err)
+		return failed(fmt.Sprintf("granting the etcd user %s its role", name), cli.Endpoints(), err)
 	}
 	// Its role alone: any other, granted by hand, goes.
 	user, err := cli.UserGet(ctx, name)
 	if err != nil {
-		return fmt.Errorf("reading the etcd user %s: %w", name, err)
+		return failed("reading the etcd user "+name, cli.Endpoints(), err)
 	}
 	for _, role := range user.Roles {
 		if role == name {
 			continue
 		}
 		if _, err := cli.UserRevokeRole(ctx, name, role); err != nil && !errors.Is(err, rpctypes.ErrRoleNotGranted) {
-			return fmt.Errorf("revoking role %s from the etcd user %s: %w", role, name, err)
+			return failed(fmt.Sprintf("revoking role %s from the etcd user %s", role, name), cli.Endpoints(), err)
 		}
 	}
 	return nil
@@ -85,10 +85,10 @@ func wanted(perms []apiserver.EtcdKeyRange, r apiserver.EtcdKeyRange) bool {
 // reaches, if they are there.
 func RemoveEtcdUser(ctx context.Context, cli *clientv3.Client, name string) error {
 	if _, err := cli.UserDelete(ctx, name); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
-		return fmt.Errorf("deleting the etcd user %s: %w", name, err)
+		return failed("deleting the etcd user "+name, cli.Endpoints(), err)
 	}
 	if _, err := cli.RoleDelete(ctx, name); err != nil && !errors.Is(err, rpctypes.ErrRoleNotFound) {
-		return fmt.Errorf("deleting the etcd role %s: %w", name, err)
+		return failed("deleting the etcd role "+name, cli.Endpoints(), err)
 	}
 	return nil
 }
@@ -98,7 +98,7 @@ func RemoveEtcdUser(ctx context.Context, cli *clientv3.Client, name string) erro
 func (e EtcdV3) EnsureUser(ctx context.Context, endpoints []string, tlsConfig *tls.Config, name string, perms []apiserver.EtcdKeyRange) error {
 	cli, err := e.Client(endpoints, tlsConfig)
 	if err != nil {
-		return err
+		return failed("making the etcd user "+name, endpoints, err)
 	}
 	defer func() { _ = cli.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, 4*e.RequestTimeout())
@@ -110,7 +110,7 @@ func (e EtcdV3) EnsureUser(ctx context.Context, endpoints []string, tlsConfig *t
 func (e EtcdV3) RemoveUser(ctx context.Context, endpoints []string, tlsConfig *tls.Config, name string) error {
 	cli, err := e.Client(endpoints, tlsConfig)
 	if err != nil {
-		return err
+		return failed("removing the etcd user "+name, endpoints, err)
 	}
 	defer func() { _ = cli.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, 2*e.RequestTimeout())

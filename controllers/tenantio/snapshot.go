@@ -25,7 +25,7 @@ type SnapshotKey struct {
 func (e EtcdV3) Snapshot(ctx context.Context, endpoints []string, tlsConfig *tls.Config, prefix string, fn func(SnapshotKey) error) (int64, error) {
 	cli, err := e.Client(endpoints, tlsConfig)
 	if err != nil {
-		return 0, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+		return 0, failed("reading the keys under "+prefix, endpoints, err)
 	}
 	defer func() { _ = cli.Close() }()
 	ttls := map[int64]int64{} // lease → seconds left (-1: gone)
@@ -39,7 +39,8 @@ func (e EtcdV3) Snapshot(ctx context.Context, endpoints []string, tlsConfig *tls
 					resp, err := cli.TimeToLive(reqCtx, clientv3.LeaseID(kv.Lease))
 					cancel()
 					if err != nil {
-						return fmt.Errorf("reading the lease of %s in etcd %v: %w", kv.Key, endpoints, err)
+						// The key is the etcd's to name: the log has it.
+						return failed("reading the leases of the keys under "+prefix, endpoints, fmt.Errorf("the lease of %q: %w", kv.Key, err))
 					}
 					left = resp.TTL
 					ttls[kv.Lease] = left
@@ -86,7 +87,7 @@ type Loader struct {
 func (e EtcdV3) Loader(endpoints []string, tlsConfig *tls.Config) (*Loader, error) {
 	cli, err := e.Client(endpoints, tlsConfig)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+		return nil, failed("writing keys", endpoints, err)
 	}
 	return &Loader{e: e, cli: cli, endpoints: endpoints, leases: map[int64]clientv3.LeaseID{}}, nil
 }
@@ -102,7 +103,7 @@ func (l *Loader) Put(ctx context.Context, key, value []byte, ttl int64) error {
 			resp, err := l.cli.Grant(reqCtx, ttl)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("granting a lease of %d s in etcd %v: %w", ttl, l.endpoints, err)
+				return failed(fmt.Sprintf("granting a lease of %d s", ttl), l.endpoints, err)
 			}
 			lease = resp.ID
 			l.leases[ttl] = lease
@@ -128,7 +129,7 @@ func (l *Loader) Flush(ctx context.Context) error {
 	reqCtx, cancel := context.WithTimeout(ctx, l.e.RequestTimeout())
 	defer cancel()
 	if _, err := l.cli.Txn(reqCtx).Then(l.ops...).Commit(); err != nil {
-		return fmt.Errorf("writing %d keys into etcd %v: %w", len(l.ops), l.endpoints, err)
+		return failed(fmt.Sprintf("writing %d keys", len(l.ops)), l.endpoints, err)
 	}
 	l.Written += int64(len(l.ops))
 	l.ops, l.bytes = l.ops[:0], 0
