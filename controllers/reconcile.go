@@ -23,6 +23,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // pass is one reconcile of one ApiServerConfig: what the steps found and
@@ -197,6 +198,11 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if errors.As(retErr, &se) {
 			p.obs.stepErr, p.obs.failedStep = se.err, se.step
 			reconcileErrors.WithLabelValues(se.step).Inc()
+			// Status says in a few words what a tenant's etcd did; the
+			// log says why.
+			if detail := tenantio.Detail(se.err); detail != se.err.Error() {
+				ctrl.LoggerFrom(ctx).Info("A step failed on the tenant's etcd", "apiServerConfig", klog.KObj(cfg), "step", se.step, "error", detail)
+			}
 		}
 		if err := r.writeStatus(ctx, p.before, cfg, p.obs); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("writing status: %w", err))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // reconcileSizing counts, with Auto cache sizing and a reachable etcd, the
@@ -35,7 +36,7 @@ func (r *ApiServerConfigReconciler) reconcileSizing(ctx context.Context, p *pass
 		return err
 	})
 	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("Counting the tenant's nodes and pods failed", "apiServerConfig", klog.KObj(p.cfg), "error", err.Error())
+		ctrl.LoggerFrom(ctx).Info("Counting the tenant's nodes and pods failed", "apiServerConfig", klog.KObj(p.cfg), "error", tenantio.Detail(err))
 	}
 	p.requeueWithin(next)
 	if !resized {
