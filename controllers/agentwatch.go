@@ -25,8 +25,18 @@ const DefaultKonnectivityWatchInterval = 5 * time.Minute
 
 const (
 	// agentWatchConcurrency bounds the looks under way at once: a server
-	// that does not answer holds a slot for tenantio's probe timeout.
+	// that does not answer holds a slot for agentWatchLookTimeout.
 	agentWatchConcurrency = 16
+	// agentWatchLookTimeout bounds one look of the watch: a pod's health
+	// port answers within milliseconds, and 16 servers that hang hold the
+	// round for this long, not for tenantio's probe timeout.
+	agentWatchLookTimeout = time.Second
+	// agentCountsRefresh is how old the counts status shows may grow,
+	// while the condition does not move, before a changed count brings
+	// the tenant back: the counts move with every node of an autoscaled
+	// tenant, and a pass for each would be 10 000 tenants' passes each
+	// interval; the gauge follows every look.
+	agentCountsRefresh = 30 * time.Minute
 	// agentLooksPerSecond is the watch's budget (a look is one GET of a
 	// server's /metrics, or one count of a tenant's nodes in etcd): a
 	// fleet with more servers than the interval lets it look at at this
@@ -39,9 +49,10 @@ const (
 // a ready server holds none. Agents come and go with the tenant's nodes,
 // which the operator does not watch: without it, status and the
 // KonnectivityAgentsConnected condition would say what the last rollout
-// saw. A tenant is brought back only when what the watch finds differs
-// from what its last pass wrote (agentLook.same), so the steady state
-// costs no pass and no API request: one GET per server per interval.
+// saw. A tenant is brought back when what the watch finds changes the
+// condition, or changes the counts that status shows and those are older
+// than agentCountsRefresh, so the steady state costs no pass and no API
+// request: one GET per server per interval.
 type agentWatch struct {
 	probe    KonnectivityProber
 	interval time.Duration
@@ -61,7 +72,9 @@ type agentTarget struct {
 	// countNodes counts the tenant's nodes in etcd; nil when its pass
 	// could not reach etcd.
 	countNodes func(context.Context) (int64, error)
-	look       agentLook
+	// look is the last look, the watch's or a pass's; written is the
+	// look the last pass wrote to status.
+	look, written agentLook
 }
 
 func newAgentWatch(probe KonnectivityProber, interval time.Duration) *agentWatch {
@@ -79,17 +92,18 @@ func (w *agentWatch) source() source.Source {
 	return source.Channel(w.events, &handler.TypedEnqueueRequestForObject[*v1alpha1.ApiServerConfig]{})
 }
 
-// recent is the watch's look at key's servers when it is of exactly
-// servers and younger than the interval: a pass then writes it rather
-// than looking again.
-func (w *agentWatch) recent(key types.NamespacedName, servers []agentServer, now time.Time) (agentLook, bool) {
+// recent is the last look at key's servers when it is of the same pods
+// and younger than the interval: a pass then writes it rather than
+// looking again (ok); else the last look, which a new one keeps what it
+// cannot count from for once.
+func (w *agentWatch) recent(key types.NamespacedName, servers []agentServer, now time.Time) (look, before agentLook, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t, ok := w.tenants[key]
-	if !ok || !slices.Equal(t.servers, servers) || now.Sub(t.look.at) >= w.interval {
-		return agentLook{}, false
+	t, found := w.tenants[key]
+	if !found || !samePods(t.servers, servers) || now.Sub(t.look.at) >= w.interval {
+		return agentLook{}, t.look, false
 	}
-	return t.look, true
+	return t.look, t.look, true
 }
 
 // record is what a pass wrote: the watch compares its next look with it.
@@ -98,7 +112,7 @@ func (w *agentWatch) record(key types.NamespacedName, servers []agentServer, cou
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	gone := podsGone(w.tenants[key].servers, servers)
-	w.tenants[key] = agentTarget{servers: slices.Clone(servers), countNodes: countNodes, look: look}
+	w.tenants[key] = agentTarget{servers: slices.Clone(servers), countNodes: countNodes, look: look, written: look}
 	return gone
 }
 
@@ -145,13 +159,11 @@ func (w *agentWatch) lookOnce(ctx context.Context) {
 	spread := rate.Limit(float64(looks) / w.interval.Seconds())
 	limiter := rate.NewLimiter(min(max(spread, 1), w.budget), 1)
 
-	type found struct {
-		key    types.NamespacedName
-		pod    string
-		agents *int32
-	}
 	var mu sync.Mutex
 	agents := make(map[types.NamespacedName]map[string]*int32, len(targets))
+	// lookedAt is when a tenant's first server was looked at: what the
+	// look is as old as.
+	lookedAt := make(map[types.NamespacedName]time.Time, len(targets))
 	for key, t := range targets {
 		agents[key] = make(map[string]*int32, len(t.servers))
 	}
@@ -163,13 +175,19 @@ func (w *agentWatch) lookOnce(ctx context.Context) {
 				break
 			}
 			g.Go(func() error {
-				f := found{key: key, pod: s.pod}
-				if n, err := w.probe(gctx, s.ip); err == nil {
-					f.agents = &n
-				}
+				at := time.Now()
+				lookCtx, cancel := context.WithTimeout(gctx, agentWatchLookTimeout)
+				n, err := w.probe(lookCtx, s.ip)
+				cancel()
 				mu.Lock()
-				agents[f.key][f.pod] = f.agents
-				mu.Unlock()
+				defer mu.Unlock()
+				agents[key][s.pod] = nil
+				if err == nil {
+					agents[key][s.pod] = &n
+				}
+				if first, ok := lookedAt[key]; !ok || at.Before(first) {
+					lookedAt[key] = at
+				}
 				return nil
 			})
 		}
@@ -179,23 +197,26 @@ func (w *agentWatch) lookOnce(ctx context.Context) {
 		return
 	}
 
-	now := time.Now()
-	nodes := map[types.NamespacedName]*int64{}
+	found := make(map[types.NamespacedName]agentLook, len(targets))
+	for key, t := range targets {
+		found[key] = agentLook{agents: agents[key], at: lookedAt[key]}.withGrace(t.look)
+	}
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(agentWatchConcurrency)
 	for key, t := range targets {
-		if t.countNodes == nil || !needsNodes(t.servers, agents[key]) {
+		if t.countNodes == nil || !needsNodes(t.servers, found[key].agents) {
 			continue
 		}
 		if limiter.Wait(gctx) != nil {
 			break
 		}
 		g.Go(func() error {
-			if n, err := t.countNodes(gctx); err == nil {
-				mu.Lock()
-				nodes[key] = &n
-				mu.Unlock()
-			}
+			nodes, graced := countWithGrace(gctx, t.countNodes, t.look)
+			mu.Lock()
+			l := found[key]
+			l.nodes, l.nodesGraced = nodes, graced
+			found[key] = l
+			mu.Unlock()
 			return nil
 		})
 	}
@@ -204,22 +225,24 @@ func (w *agentWatch) lookOnce(ctx context.Context) {
 		return
 	}
 
+	now := time.Now()
 	for key, t := range targets {
-		look := agentLook{agents: agents[key], nodes: nodes[key], at: now}
-		changed := !look.same(t.servers, t.look)
+		look := found[key]
 		w.mu.Lock()
-		// Recorded as seen: the pass it brings takes it as recent. A
-		// tenant forgotten or whose pods changed meanwhile keeps what its
-		// pass recorded, series included.
 		cur, ok := w.tenants[key]
-		current := ok && slices.Equal(cur.servers, t.servers)
+		// A tenant forgotten, whose pods changed, or that a pass looked at
+		// since keeps what its pass recorded, series included.
+		current := ok && slices.Equal(cur.servers, t.servers) && !cur.look.at.After(look.at)
+		bring := false
 		if current {
+			bring = decideAgents(t.servers, look) != decideAgents(t.servers, cur.written) ||
+				!sameCounts(look.agents, cur.written.agents) && now.Sub(cur.written.at) >= agentCountsRefresh
 			cur.look = look
 			w.tenants[key] = cur
 			recordAgentMetrics(key, t.servers, look)
 		}
 		w.mu.Unlock()
-		if !current || !changed {
+		if !bring {
 			continue
 		}
 		select {

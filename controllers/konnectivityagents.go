@@ -12,10 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // agentServer is the konnectivity server of one apiserver pod.
@@ -30,17 +32,38 @@ type agentServer struct {
 type agentLook struct {
 	// agents by pod; nil for a server that could not be looked at.
 	agents map[string]*int32
+	// graced are the pods whose count is the look's before, kept for one
+	// look that failed, or found no agent where the one before found some
+	// (a server that restarted, an agent that redials): so that one GET
+	// does not flip the condition, nor send an event, and back.
+	graced map[string]bool
 	// nodes is the tenant's node count, counted only when a ready server
-	// holds no agent (needsNodes); nil when not counted.
-	nodes *int64
-	at    time.Time
+	// holds no agent (needsNodes); nil when not counted. nodesGraced: the
+	// look before's, kept for one count that failed.
+	nodes       *int64
+	nodesGraced bool
+	at          time.Time
 }
 
-// same reports whether l says what before says of servers: the same
-// agents per server and the same condition.
-func (l agentLook) same(servers []agentServer, before agentLook) bool {
-	eq := func(a, b *int32) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
-	return maps.EqualFunc(l.agents, before.agents, eq) && decideAgents(servers, l) == decideAgents(servers, before)
+// withGrace keeps, for one look, what before found of a server this look
+// could not count, or found without an agent where before found some.
+func (l agentLook) withGrace(before agentLook) agentLook {
+	l.graced = map[string]bool{}
+	for pod, n := range l.agents {
+		prev := before.agents[pod]
+		if prev == nil || before.graced[pod] {
+			continue
+		}
+		if n == nil || (*n == 0 && *prev > 0) {
+			l.agents[pod], l.graced[pod] = prev, true
+		}
+	}
+	return l
+}
+
+// sameCounts reports whether a and b count the same agents at each server.
+func sameCounts(a, b map[string]*int32) bool {
+	return maps.EqualFunc(a, b, func(x, y *int32) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) })
 }
 
 // needsNodes: a ready server holds no agent, so whether the tenant has
@@ -54,6 +77,12 @@ func needsNodes(servers []agentServer, agents map[string]*int32) bool {
 	return false
 }
 
+// samePods: a and b are the same pods at the same addresses (whether
+// they are ready may differ).
+func samePods(a, b []agentServer) bool {
+	return slices.EqualFunc(a, b, func(x, y agentServer) bool { return x.pod == y.pod && x.ip == y.ip })
+}
+
 // agentsDecision is the KonnectivityAgentsConnected condition.
 type agentsDecision struct {
 	status          metav1.ConditionStatus
@@ -64,7 +93,8 @@ type agentsDecision struct {
 // agents, from what l found of servers: only ready servers count (a new
 // pod waits for an agent behind its readiness gate).
 func decideAgents(servers []agentServer, l agentLook) agentsDecision {
-	var without, unknown, with []string
+	var without, unknown []string
+	with := 0
 	for _, s := range servers {
 		if !s.ready {
 			continue
@@ -75,14 +105,14 @@ func decideAgents(servers []agentServer, l agentLook) agentsDecision {
 		case *n == 0:
 			without = append(without, s.pod)
 		default:
-			with = append(with, fmt.Sprintf("%s %d", s.pod, *n))
+			with++
 		}
 	}
 	switch {
 	case len(without) > 0 && l.nodes != nil && *l.nodes > 0:
 		return agentsDecision{metav1.ConditionFalse, v1alpha1.ReasonNoAgentConnected, fmt.Sprintf(
-			"the tenant has %d node(s) but no konnectivity agent holds a tunnel to the konnectivity server of apiserver pod(s) %s: logs, exec, port-forward and webhooks served on nodes fail through them; check that the agents run on the nodes, reach the agents' Service and trust its certificate",
-			*l.nodes, strings.Join(without, ", "))}
+			"the tenant has nodes but no konnectivity agent holds a tunnel to the konnectivity server of apiserver pod(s) %s: logs, exec, port-forward and webhooks served on nodes fail through them; check that the agents run on the nodes, reach the agents' Service and trust its certificate",
+			strings.Join(without, ", "))}
 	case len(without) > 0 && l.nodes != nil:
 		return agentsDecision{metav1.ConditionTrue, v1alpha1.ReasonNoNodes, "the tenant has no node, so no konnectivity agent is expected"}
 	case len(without) > 0:
@@ -91,10 +121,12 @@ func decideAgents(servers []agentServer, l agentLook) agentsDecision {
 	case len(unknown) > 0:
 		return agentsDecision{metav1.ConditionUnknown, v1alpha1.ReasonAgentsNotCounted, fmt.Sprintf(
 			"the konnectivity server of apiserver pod(s) %s could not be looked at", strings.Join(unknown, ", "))}
-	case len(with) == 0:
+	case with == 0:
 		return agentsDecision{metav1.ConditionUnknown, v1alpha1.ReasonAgentsNotCounted, "no apiserver pod is ready"}
 	}
-	return agentsDecision{metav1.ConditionTrue, v1alpha1.ReasonAgentsConnected, "agents hold tunnels to the konnectivity server of every ready apiserver pod: " + strings.Join(with, ", ")}
+	// No counts here: they move with every node, and status.konnectivity
+	// and the gauge carry them.
+	return agentsDecision{metav1.ConditionTrue, v1alpha1.ReasonAgentsConnected, "agents hold tunnels to the konnectivity server of every ready apiserver pod"}
 }
 
 // konnectivityServers are the konnectivity servers of pods that run one
@@ -119,13 +151,14 @@ func runsKonnectivityServer(pod *corev1.Pod) bool {
 
 // reconcileAgents is the pass's step for status.konnectivity and the
 // KonnectivityAgentsConnected condition: what the agent watch last found,
-// when it looked at the servers the pass finds, or a look of the pass's
-// own (new pods, a pod that turned ready), which the watch then compares
-// its looks with. The tenant's nodes are counted in etcd only when a
-// ready server holds no agent.
+// when it looked at the pods the pass finds, or else a look of the pass's
+// own (new pods), taken from the readiness gate's when it looked at them
+// all, which the watch then compares its looks with. The tenant's nodes
+// are counted in etcd only when a ready server holds no agent.
 func (r *ApiServerConfigReconciler) reconcileAgents(ctx context.Context, p *pass) error {
 	key := client.ObjectKeyFromObject(p.cfg)
-	if p.cfg.Spec.Konnectivity == nil {
+	if p.cfg.Spec.Konnectivity == nil || ptr.Deref(p.cfg.Spec.MasterCount, 1) == 0 {
+		// Without the proxy, or hibernated: nothing to count.
 		p.cfg.Status.Konnectivity = nil
 		p.obs.agents = &agentsDecision{}
 		r.forgetAgents(key)
@@ -136,12 +169,13 @@ func (r *ApiServerConfigReconciler) reconcileAgents(ctx context.Context, p *pass
 	if r.Etcd != nil && p.obs.etcdChecked && p.obs.etcdErr == nil {
 		countNodes = r.nodeCounter(p)
 	}
-	look, ok := agentLook{}, false
+	var look, before agentLook
+	ok := false
 	if r.agentWatch != nil {
-		look, ok = r.agentWatch.recent(key, servers, p.now)
+		look, before, ok = r.agentWatch.recent(key, servers, p.now)
 	}
 	if !ok {
-		look = r.lookAtAgents(ctx, servers, countNodes, p.now)
+		look = r.lookAtAgents(ctx, servers, countNodes, p.now, before, p.gateLooks)
 	}
 	if r.agentWatch != nil {
 		for _, pod := range r.agentWatch.record(key, servers, countNodes, look) {
@@ -157,7 +191,9 @@ func (r *ApiServerConfigReconciler) reconcileAgents(ctx context.Context, p *pass
 	p.cfg.Status.Konnectivity = st
 	d := decideAgents(servers, look)
 	if d.status == metav1.ConditionFalse {
-		if before := meta.FindStatusCondition(p.before.Status.Conditions, v1alpha1.ConditionKonnectivityAgentsConnected); before == nil || before.Status != metav1.ConditionFalse {
+		// Once per fall from True (or a first look), not on each return
+		// from Unknown.
+		if prev := meta.FindStatusCondition(p.before.Status.Conditions, v1alpha1.ConditionKonnectivityAgentsConnected); prev == nil || prev.Status == metav1.ConditionTrue {
 			r.event(p.cfg, corev1.EventTypeWarning, d.reason, "Agents", "%s", d.message)
 		}
 	}
@@ -165,10 +201,27 @@ func (r *ApiServerConfigReconciler) reconcileAgents(ctx context.Context, p *pass
 	return nil
 }
 
-// lookAtAgents looks at servers (side by side, as the readiness gate
-// does) and counts the tenant's nodes when needsNodes says so.
-func (r *ApiServerConfigReconciler) lookAtAgents(ctx context.Context, servers []agentServer, countNodes func(context.Context) (int64, error), now time.Time) agentLook {
-	looks := r.lookAtKonnectivityServers(ctx, servers)
+// lookAtAgents looks at servers (those the readiness gate looked at in
+// this pass are taken from looks), all within one probe timeout, and
+// counts the tenant's nodes when needsNodes says so; before gives a
+// server or a count that fails once its grace (agentLook.withGrace).
+func (r *ApiServerConfigReconciler) lookAtAgents(ctx context.Context, servers []agentServer, countNodes func(context.Context) (int64, error), now time.Time, before agentLook, looks map[string]serverLook) agentLook {
+	var missing []agentServer
+	for _, s := range servers {
+		if _, ok := looks[s.pod]; !ok {
+			missing = append(missing, s)
+		}
+	}
+	if len(missing) > 0 {
+		lookCtx, cancel := context.WithTimeout(ctx, tenantio.KonnectivityProbeTimeout)
+		more := r.lookAtKonnectivityServers(lookCtx, missing)
+		cancel()
+		looks = maps.Clone(looks)
+		if looks == nil {
+			looks = map[string]serverLook{}
+		}
+		maps.Copy(looks, more)
+	}
 	l := agentLook{agents: make(map[string]*int32, len(servers)), at: now}
 	for _, s := range servers {
 		l.agents[s.pod] = nil
@@ -176,12 +229,23 @@ func (r *ApiServerConfigReconciler) lookAtAgents(ctx context.Context, servers []
 			l.agents[s.pod] = &found.agents
 		}
 	}
+	l = l.withGrace(before)
 	if countNodes != nil && needsNodes(servers, l.agents) {
-		if n, err := countNodes(ctx); err == nil {
-			l.nodes = &n
-		}
+		l.nodes, l.nodesGraced = countWithGrace(ctx, countNodes, before)
 	}
 	return l
+}
+
+// countWithGrace counts the tenant's nodes; a count that fails is before's
+// for once (graced).
+func countWithGrace(ctx context.Context, countNodes func(context.Context) (int64, error), before agentLook) (nodes *int64, graced bool) {
+	if n, err := countNodes(ctx); err == nil {
+		return &n, false
+	}
+	if before.nodes != nil && !before.nodesGraced {
+		return before.nodes, true
+	}
+	return nil, false
 }
 
 // nodeCounter counts the tenant's nodes in its etcd, as Auto sizing does.

@@ -48,9 +48,11 @@ const (
 // tenant (certificates, the Deployment) must not wait on a pod's gate; a
 // failed write of a condition is logged and looked at again soon.
 func (r *ApiServerConfigReconciler) gateKonnectivity(ctx context.Context, p *pass) error {
-	if d := r.gateKonnectivityPods(ctx, p.cfg, p.pods, p.now); d > 0 {
+	d, looks := r.gateKonnectivityPods(ctx, p.cfg, p.pods, p.now)
+	if d > 0 {
 		p.requeueWithin(d)
 	}
+	p.gateLooks = looks
 	return nil
 }
 
@@ -65,13 +67,15 @@ func (r *ApiServerConfigReconciler) gateKonnectivityPaused(ctx context.Context, 
 		ctrl.LoggerFrom(ctx).Info("Listing the apiserver pods of a paused tenant for their konnectivity gate failed", "error", err.Error())
 		return konnectivityGateSlowRequeue
 	}
-	return r.gateKonnectivityPods(ctx, cfg, pods.Items, r.Clock.Now())
+	d, _ := r.gateKonnectivityPods(ctx, cfg, pods.Items, r.Clock.Now())
+	return d
 }
 
 // gateKonnectivityPods opens the readiness gate of the apiserver pods of a
 // tenant with spec.konnectivity (apiserver.KonnectivityAgentsGate) once
 // they can carry the tenant's traffic to its nodes, and returns how soon
-// to look again (0: nothing waits). Without the gate a new apiserver would
+// to look again (0: nothing waits), and what it found of the servers it
+// looked at (the Agents step takes them). Without the gate a new apiserver would
 // turn Ready, and take requests, a second or two before any agent holds a
 // tunnel to its konnectivity server, and fail each logs, exec,
 // port-forward or webhook call to a node with "No agent available"
@@ -82,9 +86,9 @@ func (r *ApiServerConfigReconciler) gateKonnectivityPaused(ctx context.Context, 
 // Only the servers of pods that carry the gate are looked at (a pod from
 // before spec.konnectivity has none), and only while one of them waits:
 // a tenant costs nothing here between rollouts.
-func (r *ApiServerConfigReconciler) gateKonnectivityPods(ctx context.Context, cfg *v1alpha1.ApiServerConfig, pods []corev1.Pod, now time.Time) time.Duration {
+func (r *ApiServerConfigReconciler) gateKonnectivityPods(ctx context.Context, cfg *v1alpha1.ApiServerConfig, pods []corev1.Pod, now time.Time) (time.Duration, map[string]serverLook) {
 	if cfg.Spec.Konnectivity == nil {
-		return 0
+		return 0, nil
 	}
 	var gated, waiting []*corev1.Pod
 	for i := range pods {
@@ -98,7 +102,7 @@ func (r *ApiServerConfigReconciler) gateKonnectivityPods(ctx context.Context, cf
 		}
 	}
 	if len(waiting) == 0 {
-		return 0
+		return 0, nil
 	}
 	servers := make([]agentServer, len(gated))
 	for i, pod := range gated {
@@ -143,7 +147,7 @@ func (r *ApiServerConfigReconciler) gateKonnectivityPods(ctx context.Context, cf
 			log.Info("Opened the konnectivity readiness gate", "pod", klog.KObj(pod), "reason", d.reason)
 		}
 	}
-	return requeue
+	return requeue, looks
 }
 
 // gateDecision is what the gate of a pod that waits does now.

@@ -46,6 +46,9 @@ type pass struct {
 	// none yet); pods are its pods.
 	current *appsv1.Deployment
 	pods    []corev1.Pod
+	// gateLooks are the konnectivity servers the readiness gate looked at
+	// in this pass, by pod name.
+	gateLooks map[string]serverLook
 
 	pki *pkiResult
 	// datastore holds the tenant's etcd servers, nil when none does.
@@ -154,10 +157,11 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	cfg = r.fresher(cfg)
 	if paused(cfg) {
 		// Nothing is written, the deletion included; the etcd checks
-		// stop with the rest.
+		// and the agents' count stop with the rest.
 		if r.etcdWatch != nil {
 			r.etcdWatch.forget(req.NamespacedName)
 		}
+		r.forgetAgents(req.NamespacedName)
 		requeue, err := r.reportPaused(ctx, cfg)
 		// But for the readiness gate of a new apiserver pod (one that
 		// replaced a pod lost with its node): a paused tenant keeps
@@ -171,6 +175,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if r.etcdWatch != nil {
 			r.etcdWatch.forget(req.NamespacedName)
 		}
+		r.forgetAgents(req.NamespacedName)
 		if err := r.clearPaused(ctx, cfg); err != nil {
 			return ctrl.Result{}, err
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -34,8 +35,12 @@ const (
 // must not hold one each between looks. A server that redirects is not a
 // konnectivity server.
 var konnectivityProbeClient = &http.Client{
-	Timeout:       KonnectivityProbeTimeout,
-	Transport:     capResponses(MaxKonnectivityMetricsBytes, nil)(&http.Transport{DisableKeepAlives: true, Proxy: nil}),
+	Timeout: KonnectivityProbeTimeout,
+	Transport: capResponses(MaxKonnectivityMetricsBytes, nil)(&http.Transport{
+		DisableKeepAlives: true, Proxy: nil,
+		// Not Go's 10 MiB: upstream's server sends a few headers.
+		MaxResponseHeaderBytes: 16 << 10,
+	}),
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
@@ -73,7 +78,8 @@ func KonnectivityAgents(ctx context.Context, podIP string, port int) (int32, err
 
 // ParseKonnectivityAgents reads the number of agents from a konnectivity
 // server's metrics in the text format: the default strategy's series of
-// KonnectivityAgentsMetric, 0 when there is none (no agent ever came).
+// KonnectivityAgentsMetric, which upstream's server sets (to 0) when it
+// starts. A server without it is not one whose agents can be counted.
 func ParseKonnectivityAgents(metrics []byte) (int32, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(metrics))
@@ -82,7 +88,7 @@ func ParseKonnectivityAgents(metrics []byte) (int32, error) {
 	}
 	f := families[KonnectivityAgentsMetric]
 	if f == nil {
-		return 0, nil
+		return 0, fmt.Errorf("no %s: not a konnectivity server whose agents can be counted", KonnectivityAgentsMetric)
 	}
 	if f.GetType() != dto.MetricType_GAUGE {
 		return 0, fmt.Errorf("%s is a %s, not a gauge", KonnectivityAgentsMetric, f.GetType())
@@ -91,12 +97,12 @@ func ParseKonnectivityAgents(metrics []byte) (int32, error) {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "proxy_strategy" && l.GetValue() == konnectivityAgentsSeries {
 				v := m.GetGauge().GetValue()
-				if v < 0 || v > 1<<30 {
+				if math.IsNaN(v) || v < 0 || v > 1<<30 || v != math.Trunc(v) {
 					return 0, fmt.Errorf("%s is %g, not a number of agents", KonnectivityAgentsMetric, v)
 				}
 				return int32(v), nil
 			}
 		}
 	}
-	return 0, nil
+	return 0, fmt.Errorf("no %s{proxy_strategy=%q}: the server does not proxy with that strategy", KonnectivityAgentsMetric, konnectivityAgentsSeries)
 }

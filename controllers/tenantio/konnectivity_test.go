@@ -2,6 +2,7 @@ package tenantio
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -52,7 +53,8 @@ func TestKonnectivityAgents_CountsTheDefaultStrategysAgents(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatalf("counted %d agents (%v), want 3", n, err)
 	}
-	if n, err := ParseKonnectivityAgents(nil); err != nil || n != 0 {
+	idle := "# TYPE " + KonnectivityAgentsMetric + " gauge\n" + KonnectivityAgentsMetric + "{proxy_strategy=\"default\"} 0\n"
+	if n, err := ParseKonnectivityAgents([]byte(idle)); err != nil || n != 0 {
 		t.Fatalf("a server that never had an agent counts %d (%v), want 0", n, err)
 	}
 }
@@ -60,6 +62,14 @@ func TestKonnectivityAgents_CountsTheDefaultStrategysAgents(t *testing.T) {
 // TestKonnectivityAgents_AHostileServerIsNotBelieved: a pod may run any
 // image; what it answers is capped and checked.
 func TestKonnectivityAgents_AHostileServerIsNotBelieved(t *testing.T) {
+	// A server that answers well, where a redirect sends the operator.
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(konnectivityMetrics)) }))
+	defer elsewhere.Close()
+	gauge := func(v string) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("# TYPE " + KonnectivityAgentsMetric + " gauge\n" + KonnectivityAgentsMetric + "{proxy_strategy=\"default\"} " + v + "\n"))
+		}
+	}
 	for name, handler := range map[string]http.HandlerFunc{
 		"an answer past the cap": func(w http.ResponseWriter, _ *http.Request) {
 			line := []byte("# " + strings.Repeat("x", 1000) + "\n")
@@ -72,11 +82,23 @@ func TestKonnectivityAgents_AHostileServerIsNotBelieved(t *testing.T) {
 		"an error": func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "no", http.StatusInternalServerError)
 		},
-		"a redirect elsewhere": func(w http.ResponseWriter, r *http.Request) {
-			http.Redirect(w, r, "http://169.254.169.254/latest/meta-data", http.StatusFound)
+		"a redirect to a server that answers": func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, elsewhere.URL+"/metrics", http.StatusFound)
 		},
-		"a negative count": func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = w.Write([]byte(KonnectivityAgentsMetric + "{proxy_strategy=\"default\"} -1\n"))
+		"a negative count": gauge("-1"),
+		"not a count":      gauge("NaN"),
+		"a fraction":       gauge("2.5"),
+		"no count": func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("# TYPE go_goroutines gauge\ngo_goroutines 3\n"))
+		},
+		"another strategy's count alone": func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("# TYPE " + KonnectivityAgentsMetric + " gauge\n" + KonnectivityAgentsMetric + "{proxy_strategy=\"destHost\"} 4\n"))
+		},
+		"headers past the cap": func(w http.ResponseWriter, _ *http.Request) {
+			for i := range 64 {
+				w.Header().Set(fmt.Sprintf("X-Padding-%d", i), strings.Repeat("x", 1000))
+			}
+			_, _ = w.Write([]byte(konnectivityMetrics))
 		},
 		"not the text format": func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = w.Write([]byte(KonnectivityAgentsMetric + "{proxy_strategy=\"default\" 1\n"))
