@@ -220,6 +220,12 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 	}
 	keys := apiserver.KeysUnder(cfg.Status.DataPrefix)
 	for i, set := range c.Etcd.Sets {
+		// What the reconciler's passes tell of an etcd, no more: an
+		// address that does not answer as an etcd "did not answer".
+		if err := r.Etcd.Check(ctx, set, tlsConfig); err != nil {
+			ctrl.LoggerFrom(ctx).Info("A backup could not reach its tenant's etcd", "apiServerBackup", klog.KObj(b), "error", tenantio.Detail(err))
+			return 0, fmt.Errorf("reading the tenant's keys on etcd %s: %w", strings.Join(set, ","), err)
+		}
 		rev, err := r.Etcd.Snapshot(ctx, set, tlsConfig, keys, func(k tenantio.SnapshotKey) error {
 			// Relative to the prefix, from its "/" on.
 			return w.KeyValue(backup.KeyValue{Set: i, Key: string(k.Key[len(keys)-1:]), TTL: k.TTL, Value: k.Value})
