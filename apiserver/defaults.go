@@ -101,6 +101,9 @@ func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
 	setInt32Ptr(&spec.Audit.MaxAge, 30)
 	setInt32Ptr(&spec.Audit.MaxBackups, 10)
 	setInt32Ptr(&spec.Audit.MaxSizeMB, 100)
+	if w := spec.Audit.Webhook; w != nil && w.Mode == "" {
+		w.Mode = v1alpha1.AuditWebhookBatch
+	}
 
 	setDuration(&spec.EventTTL, time.Hour)
 	setBool(&spec.Profiling, false)

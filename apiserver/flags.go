@@ -167,6 +167,9 @@ func managedFlags(c *Completed) []managedFlag {
 	if s.Authorization.Webhook != nil {
 		add("authorization-webhook-config-file", "spec.authorization.webhook", AuthorizationWebhookKubeconfigFile)
 	}
+	if w := s.Audit.Webhook; w != nil {
+		f = append(f, auditWebhookFlags(w)...)
+	}
 	if usesAdmissionConfig(c) {
 		add("admission-control-config-file", "spec.admission.eventRateLimit", AdmissionConfigFile)
 	}
@@ -204,6 +207,48 @@ func managedFlags(c *Completed) []managedFlag {
 	}
 	if c.Sizing.TargetRAMMB > 0 && FlagSupported("target-ram-mb", c.Version, c.Catalog) {
 		add("target-ram-mb", "spec.cacheSizing.targetRAMMB", strconv.FormatInt(c.Sizing.TargetRAMMB, 10))
+	}
+	return f
+}
+
+// auditWebhookFlags send audit events to spec.audit.webhook as well as to
+// the log: its kubeconfig, its mode, and only the settings the spec sets,
+// so that the others keep kube-apiserver's defaults.
+func auditWebhookFlags(w *v1alpha1.AuditWebhookSpec) []managedFlag {
+	const at = "spec.audit.webhook"
+	f := []managedFlag{
+		{"audit-webhook-config-file", []string{AuditWebhookKubeconfigFile}, at + ".kubeconfigSecretName"},
+		{"audit-webhook-mode", []string{string(w.Mode)}, at + ".mode"},
+	}
+	add := func(name, field, value string) { f = append(f, managedFlag{name, []string{value}, at + "." + field}) }
+	if d := w.InitialBackoff; d != nil {
+		add("audit-webhook-initial-backoff", "initialBackoff", d.Duration.String())
+	}
+	if b := w.Batch; b != nil {
+		if b.BufferSize != nil {
+			add("audit-webhook-batch-buffer-size", "batch.bufferSize", itoa(*b.BufferSize))
+		}
+		if b.MaxSize != nil {
+			add("audit-webhook-batch-max-size", "batch.maxSize", itoa(*b.MaxSize))
+		}
+		if b.MaxWait != nil {
+			add("audit-webhook-batch-max-wait", "batch.maxWait", b.MaxWait.Duration.String())
+		}
+		if b.ThrottleQPS != nil {
+			add("audit-webhook-batch-throttle-qps", "batch.throttleQPS", itoa(*b.ThrottleQPS))
+		}
+		if b.ThrottleBurst != nil {
+			add("audit-webhook-batch-throttle-burst", "batch.throttleBurst", itoa(*b.ThrottleBurst))
+		}
+	}
+	if t := w.Truncate; t != nil {
+		add("audit-webhook-truncate-enabled", "truncate", "true")
+		if t.MaxEventBytes != nil {
+			add("audit-webhook-truncate-max-event-size", "truncate.maxEventBytes", strconv.FormatInt(*t.MaxEventBytes, 10))
+		}
+		if t.MaxBatchBytes != nil {
+			add("audit-webhook-truncate-max-batch-size", "truncate.maxBatchBytes", strconv.FormatInt(*t.MaxBatchBytes, 10))
+		}
 	}
 	return f
 }

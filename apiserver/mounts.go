@@ -51,6 +51,7 @@ var podVolumeDirs = []struct {
 	{etcdDialerVolume, EtcdDialerDir, false},
 	{"encryption", path.Dir(EncryptionConfigFile), false},
 	{"authz-webhook", path.Dir(AuthorizationWebhookKubeconfigFile), false},
+	{"audit-webhook", path.Dir(AuditWebhookKubeconfigFile), false},
 	{"oidc-ca", path.Dir(OIDCCAFile), false},
 	// With spec.konnectivity only: the server's socket, and its own
 	// files, which only its container mounts (konnectivityServer).
@@ -112,6 +113,11 @@ func MountedObjects(c *Completed) []MountedObject {
 	if w := c.Spec.Authorization.Webhook; w != nil {
 		out = append(out, MountedObject{Volume: "authz-webhook", Kind: KindSecret, Name: w.KubeconfigSecretName,
 			Files: []MountedFile{file("kubeconfig", AuthorizationWebhookKubeconfigFile)}})
+	}
+	if w := c.Spec.Audit.Webhook; w != nil {
+		// Read once, when kube-apiserver builds its audit backend.
+		out = append(out, MountedObject{Volume: "audit-webhook", Kind: KindSecret, Name: w.KubeconfigSecretName,
+			Files: []MountedFile{file("kubeconfig", AuditWebhookKubeconfigFile)}})
 	}
 	if usesKonnectivity(c) {
 		// kube-apiserver's certificate for the agents

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -73,6 +74,21 @@ var goldenSpecs = map[string]func(t *testing.T) *v1alpha1.ApiServerConfig{
 		cfg.Spec.MasterCount = ptr.To[int32](0)
 		return cfg
 	},
+	"audit-webhook": auditWebhookSpec,
+}
+
+// auditWebhookSpec is the minimal sample with audit events sent to a
+// webhook too, with some of its settings.
+func auditWebhookSpec(t *testing.T) *v1alpha1.ApiServerConfig {
+	t.Helper()
+	cfg := sample(t, "minimal")
+	cfg.Spec.Audit.Webhook = &v1alpha1.AuditWebhookSpec{
+		KubeconfigSecretName: "audit-webhook",
+		InitialBackoff:       &metav1.Duration{Duration: 5 * time.Second},
+		Batch:                &v1alpha1.AuditWebhookBatchSpec{MaxSize: ptr.To[int32](100), MaxWait: &metav1.Duration{Duration: 10 * time.Second}},
+		Truncate:             &v1alpha1.AuditWebhookTruncateSpec{MaxEventBytes: ptr.To[int64](200000)},
+	}
+	return cfg
 }
 
 func TestDesiredObjects_Golden(t *testing.T) {
@@ -193,6 +209,7 @@ func TestConfigHash_RollsForTheUsersFiles(t *testing.T) {
 	cfg.Spec.Audit.PolicyConfigMapName = "audit-policy"
 	cfg.Spec.Authorization.Webhook = &v1alpha1.AuthorizationWebhookSpec{KubeconfigSecretName: "authz"}
 	cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{ConfigSecretName: "my-encryption"}
+	cfg.Spec.Audit.Webhook = &v1alpha1.AuditWebhookSpec{KubeconfigSecretName: "audit-webhook"}
 	c := complete(t, cfg, Inputs{})
 	a, err := Args(c)
 	if err != nil {
@@ -201,14 +218,16 @@ func TestConfigHash_RollsForTheUsersFiles(t *testing.T) {
 	users := map[string]*corev1.Secret{
 		"authz":         {ObjectMeta: metav1.ObjectMeta{Name: "authz"}, Data: map[string][]byte{"kubeconfig": []byte("v1")}},
 		"my-encryption": {ObjectMeta: metav1.ObjectMeta{Name: "my-encryption"}, Data: map[string][]byte{EncryptionConfigKey: []byte("v1")}},
+		"audit-webhook": {ObjectMeta: metav1.ObjectMeta{Name: "audit-webhook"}, Data: map[string][]byte{"kubeconfig": []byte("v1")}},
 	}
 	auditPolicy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "audit-policy"}, Data: map[string]string{"policy.yaml": "v1"}}
 	hash := func() string {
-		return ConfigHash(c, a, PodFiles(c, ObjectsData([]*corev1.Secret{users["authz"], users["my-encryption"]}, auditPolicy)))
+		return ConfigHash(c, a, PodFiles(c, ObjectsData([]*corev1.Secret{users["authz"], users["my-encryption"], users["audit-webhook"]}, auditPolicy)))
 	}
 	base := hash()
 	for name, change := range map[string]func(){
 		"the authorization webhook kubeconfig": func() { users["authz"].Data["kubeconfig"] = []byte("v2") },
+		"the audit webhook kubeconfig":         func() { users["audit-webhook"].Data["kubeconfig"] = []byte("v2") },
 		"the encryption configuration":         func() { users["my-encryption"].Data[EncryptionConfigKey] = []byte("v2") },
 		"the audit policy":                     func() { auditPolicy.Data["policy.yaml"] = "v2" },
 	} {
@@ -251,7 +270,14 @@ func TestDesiredPodDisruptionBudget_FollowsMasterCount(t *testing.T) {
 }
 
 func TestDesiredDeployment_FlagsPointAtMountedFiles(t *testing.T) {
-	_, d, _, cm := desiredObjects(t, "ha")
+	for name, cfg := range map[string]*v1alpha1.ApiServerConfig{"ha": sample(t, "ha"), "audit-webhook": auditWebhookSpec(t)} {
+		t.Run(name, func(t *testing.T) { flagsPointAtMountedFiles(t, cfg) })
+	}
+}
+
+func flagsPointAtMountedFiles(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
+	t.Helper()
+	_, d, _, cm := desiredObjectsOf(t, cfg)
 	pod := d.Spec.Template.Spec
 	mounted := map[string]bool{}
 	byName := map[string]corev1.Volume{}
@@ -291,6 +317,65 @@ func TestDesiredDeployment_FlagsPointAtMountedFiles(t *testing.T) {
 		if strings.HasPrefix(value, "/etc/kubernetes/") && !mounted[value] {
 			t.Errorf("%s names a file no volume provides; mounted: %v", arg, mounted)
 		}
+	}
+}
+
+// TestAuditWebhook_RenderedAndMountedBesideTheLog: spec.audit.webhook
+// adds the webhook backend's flags (its mode always, its other settings
+// only when set, so that the rest keep kube-apiserver's defaults) and
+// mounts the kubeconfig read-only where --audit-webhook-config-file
+// points; the log backend stays as it was. Without the field nothing of
+// it is rendered.
+func TestAuditWebhook_RenderedAndMountedBesideTheLog(t *testing.T) {
+	_, d, _, _ := desiredObjects(t, "minimal")
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--audit-webhook-") {
+			t.Errorf("without spec.audit.webhook: %s is rendered", a)
+		}
+	}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "audit-webhook" {
+			t.Errorf("without spec.audit.webhook: volume %s", v.Name)
+		}
+	}
+
+	_, d, _, _ = desiredObjectsOf(t, auditWebhookSpec(t))
+	pod := d.Spec.Template.Spec
+	var got []string
+	for _, a := range pod.Containers[0].Args {
+		if strings.HasPrefix(a, "--audit-") {
+			got = append(got, a)
+		}
+	}
+	want := []string{
+		"--audit-log-maxage=30", "--audit-log-maxbackup=10", "--audit-log-maxsize=100", "--audit-log-path=" + AuditLogFile,
+		"--audit-policy-file=" + AuditPolicyFile,
+		"--audit-webhook-batch-max-size=100", "--audit-webhook-batch-max-wait=10s",
+		"--audit-webhook-config-file=" + AuditWebhookKubeconfigFile, "--audit-webhook-initial-backoff=5s", "--audit-webhook-mode=batch",
+		"--audit-webhook-truncate-enabled=true", "--audit-webhook-truncate-max-event-size=200000",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("audit flags:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var volume *corev1.Volume
+	for i := range pod.Volumes {
+		if pod.Volumes[i].Name == "audit-webhook" {
+			volume = &pod.Volumes[i]
+		}
+	}
+	if volume == nil || volume.Secret == nil || volume.Secret.SecretName != "audit-webhook" ||
+		len(volume.Secret.Items) != 1 || volume.Secret.Items[0].Key != "kubeconfig" || volume.Secret.Items[0].Path != "kubeconfig" ||
+		volume.Secret.Items[0].Mode == nil || *volume.Secret.Items[0].Mode != 0o400 {
+		t.Fatalf("volume audit-webhook is %+v, want the Secret audit-webhook's key kubeconfig, mode 0400", volume)
+	}
+	mounted := false
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if m.Name == "audit-webhook" {
+			mounted = m.MountPath+"/kubeconfig" == AuditWebhookKubeconfigFile && m.ReadOnly
+		}
+	}
+	if !mounted {
+		t.Errorf("the audit webhook kubeconfig is not mounted read-only at %s: %+v", AuditWebhookKubeconfigFile, pod.Containers[0].VolumeMounts)
 	}
 }
 

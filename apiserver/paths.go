@@ -56,6 +56,8 @@ const (
 	// AuthorizationWebhookKubeconfigFile tells how to reach the
 	// authorization webhook.
 	AuthorizationWebhookKubeconfigFile = "/etc/kubernetes/authz-webhook/kubeconfig"
+	// AuditWebhookKubeconfigFile tells how to reach the audit webhook.
+	AuditWebhookKubeconfigFile = "/etc/kubernetes/audit-webhook/kubeconfig"
 
 	// EtcdDialerDir is an emptyDir shared by kube-apiserver and the etcd
 	// dialer sidecar; EtcdDialerSocket is the dialer's socket in it.

@@ -42,6 +42,9 @@ func References(spec *v1alpha1.ApiServerConfigSpec) []Reference {
 	if name := spec.Audit.PolicyConfigMapName; name != "" {
 		refs = append(refs, Reference{Kind: KindConfigMap, Name: name, Field: "spec.audit.policyConfigMapName", Keys: []string{"policy.yaml"}})
 	}
+	if w := spec.Audit.Webhook; w != nil {
+		refs = append(refs, Reference{Kind: KindSecret, Name: w.KubeconfigSecretName, Field: "spec.audit.webhook.kubeconfigSecretName", Keys: []string{"kubeconfig"}})
+	}
 	if e := spec.Encryption; e != nil && e.ConfigSecretName != "" {
 		refs = append(refs, Reference{Kind: KindSecret, Name: e.ConfigSecretName, Field: "spec.encryption.configSecretName", Keys: []string{EncryptionConfigKey}})
 	}

@@ -52,6 +52,7 @@ func Validate(cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
 	}
 
 	errs = append(errs, validateExtraArgs(spec.ExtraArgs, v, catalog, specPath.Child("extraArgs"), &warnings)...)
+	errs = append(errs, validateAuditWebhook(spec, specPath.Child("extraArgs"))...)
 	errs = append(errs, validatePolicy(cfg, spec, catalog)...)
 	errs = append(errs, validateMaintenance(spec.Maintenance, specPath.Child("maintenance"))...)
 	errs = append(errs, validateKonnectivity(spec, specPath, &warnings)...)
@@ -113,6 +114,24 @@ func validateExtraArgs(args []v1alpha1.ExtraArg, v *utilversion.Version, catalog
 				fmt.Sprintf("--%s is also given in %s and kube-apiserver keeps only the last value", a.Name, path.Index(first))))
 		} else if !dup {
 			seen[a.Name] = i
+		}
+	}
+	return errs
+}
+
+// validateAuditWebhook refuses the deprecated name of
+// --audit-webhook-initial-backoff in extraArgs when
+// spec.audit.webhook.initialBackoff sets it: both set one value, and the
+// operator's, rendered after it, would win without a word.
+func validateAuditWebhook(spec *v1alpha1.ApiServerConfigSpec, path *field.Path) field.ErrorList {
+	if w := spec.Audit.Webhook; w == nil || w.InitialBackoff == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	for i, a := range spec.ExtraArgs {
+		if a.Name == "audit-webhook-batch-initial-backoff" {
+			errs = append(errs, field.Forbidden(path.Index(i).Child("name"),
+				"--audit-webhook-batch-initial-backoff is the deprecated name of --audit-webhook-initial-backoff, which the operator sets from spec.audit.webhook.initialBackoff: set it there only"))
 		}
 	}
 	return errs
@@ -228,7 +247,14 @@ func widestSpecs() []*Completed {
 					Modes:   []v1alpha1.AuthorizationMode{"Webhook"},
 					Webhook: &v1alpha1.AuthorizationWebhookSpec{KubeconfigSecretName: "w"},
 				},
-				Admission:     v1alpha1.AdmissionSpec{DisablePlugins: []string{"x"}, EventRateLimit: &v1alpha1.EventRateLimitSpec{}},
+				Admission: v1alpha1.AdmissionSpec{DisablePlugins: []string{"x"}, EventRateLimit: &v1alpha1.EventRateLimitSpec{}},
+				Audit: v1alpha1.AuditSpec{Webhook: &v1alpha1.AuditWebhookSpec{
+					KubeconfigSecretName: "a",
+					InitialBackoff:       &metav1.Duration{Duration: time.Second},
+					Batch: &v1alpha1.AuditWebhookBatchSpec{BufferSize: ptr.To[int32](1), MaxSize: ptr.To[int32](1),
+						MaxWait: &metav1.Duration{Duration: time.Second}, ThrottleQPS: ptr.To[int32](1), ThrottleBurst: ptr.To[int32](1)},
+					Truncate: &v1alpha1.AuditWebhookTruncateSpec{MaxEventBytes: ptr.To[int64](1), MaxBatchBytes: ptr.To[int64](1)},
+				}},
 				Encryption:    &v1alpha1.EncryptionSpec{Provider: "secretbox"},
 				FeatureGates:  map[string]bool{"X": true},
 				RuntimeConfig: map[string]string{"api/all": "true"},

@@ -804,9 +804,9 @@ type EventRateLimit struct {
 	CacheSize *int32 `json:"cacheSize,omitempty"`
 }
 
-// AuditSpec configures the audit log. The log is written in the pod and
+// AuditSpec configures auditing. The log is always written in the pod and
 // rotated by size; the CIS benchmark (1.2.16-1.2.19) minimums are the
-// defaults.
+// defaults. A webhook may receive the same events besides.
 type AuditSpec struct {
 	// PolicyConfigMapName names a ConfigMap, key policy.yaml, holding an
 	// audit.k8s.io Policy. Without it every request is logged at the
@@ -833,6 +833,137 @@ type AuditSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MaxSizeMB *int32 `json:"maxSizeMB,omitempty"`
+
+	// Webhook sends the audit events, as the policy selects them, to a
+	// webhook besides the log (--audit-webhook-config-file): an
+	// audit.k8s.io/v1 EventList POSTed to the server its kubeconfig
+	// names. With spec.networkPolicy Enforced, an entry of
+	// spec.networkPolicy.egress must reach that server.
+	// +optional
+	Webhook *AuditWebhookSpec `json:"webhook,omitempty"`
+}
+
+// AuditWebhookMode is how kube-apiserver sends events to the audit
+// webhook (--audit-webhook-mode).
+// +kubebuilder:validation:Enum=batch;blocking;blocking-strict
+type AuditWebhookMode string
+
+// The modes of spec.audit.webhook.mode.
+const (
+	// AuditWebhookBatch buffers events and sends them in batches, in the
+	// background: a slow or absent webhook delays no request, and events
+	// beyond the buffer are dropped.
+	AuditWebhookBatch AuditWebhookMode = "batch"
+	// AuditWebhookBlocking sends each request's events before the
+	// request is answered; a failure to send is logged and the request
+	// goes on.
+	AuditWebhookBlocking AuditWebhookMode = "blocking"
+	// AuditWebhookBlockingStrict is blocking, and a request whose first
+	// event (stage RequestReceived) cannot be sent fails.
+	AuditWebhookBlockingStrict AuditWebhookMode = "blocking-strict"
+)
+
+// AuditWebhookSpec configures the audit webhook backend.
+// +kubebuilder:validation:XValidation:rule="!has(self.batch) || !has(self.mode) || self.mode == 'batch'",fieldPath=".batch",message="batch is only read with mode batch"
+type AuditWebhookSpec struct {
+	// KubeconfigSecretName names a Secret of the tenant's namespace, key
+	// kubeconfig, that tells how to reach the webhook: its server
+	// (https://...), the CA that signed its certificate and the
+	// credentials the apiservers present. kube-apiserver reads it at
+	// start: a change of it restarts the apiservers, one at a time.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	KubeconfigSecretName string `json:"kubeconfigSecretName"`
+
+	// Mode is batch (the default: events are buffered and sent in the
+	// background), blocking (each request waits until its events are
+	// sent; a failure is logged and the request goes on) or
+	// blocking-strict (as blocking, and a request fails when its first
+	// event cannot be sent) (--audit-webhook-mode). The blocking modes
+	// make every request wait on the webhook.
+	// +kubebuilder:default=batch
+	// +optional
+	Mode AuditWebhookMode `json:"mode,omitempty"`
+
+	// Batch tunes mode batch; unset fields keep kube-apiserver's
+	// defaults.
+	// +optional
+	Batch *AuditWebhookBatchSpec `json:"batch,omitempty"`
+
+	// InitialBackoff is how long kube-apiserver waits before it retries a
+	// failed send the first time; it waits 1.5 times longer before each
+	// of the next retries, up to 5 tries in all
+	// (--audit-webhook-initial-backoff). kube-apiserver's default is 10s.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
+
+	// Truncate, when set, shortens what is sent
+	// (--audit-webhook-truncate-enabled): an event larger than
+	// maxEventBytes loses its request and response objects, and is
+	// dropped if still too large; a batch larger than maxBatchBytes is
+	// split. maxBatchBytes must not be below maxEventBytes.
+	// +optional
+	Truncate *AuditWebhookTruncateSpec `json:"truncate,omitempty"`
+}
+
+// AuditWebhookBatchSpec tunes the batching of audit events
+// (--audit-webhook-batch-*). Each apiserver keeps a buffer of its own.
+type AuditWebhookBatchSpec struct {
+	// BufferSize is how many events wait to be sent before new ones are
+	// dropped (--audit-webhook-batch-buffer-size). kube-apiserver
+	// allocates the whole buffer at start. Its default is 10000.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	BufferSize *int32 `json:"bufferSize,omitempty"`
+
+	// MaxSize is the most events one request to the webhook carries
+	// (--audit-webhook-batch-max-size). Its default is 400.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxSize *int32 `json:"maxSize,omitempty"`
+
+	// MaxWait is the longest an event waits for its batch to fill before
+	// the batch is sent (--audit-webhook-batch-max-wait). Its default is
+	// 30s.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be more than 0: kube-apiserver would send batches in a loop without a pause"
+	// +optional
+	MaxWait *metav1.Duration `json:"maxWait,omitempty"`
+
+	// ThrottleQPS is how many batches per second are sent at most, on
+	// average (--audit-webhook-batch-throttle-qps). Its default is 10.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ThrottleQPS *int32 `json:"throttleQPS,omitempty"`
+
+	// ThrottleBurst is how many batches may be sent at once when the
+	// average allows it (--audit-webhook-batch-throttle-burst). Its
+	// default is 15.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ThrottleBurst *int32 `json:"throttleBurst,omitempty"`
+}
+
+// AuditWebhookTruncateSpec bounds the size of what is sent to the audit
+// webhook (--audit-webhook-truncate-*).
+type AuditWebhookTruncateSpec struct {
+	// MaxEventBytes is the largest event sent
+	// (--audit-webhook-truncate-max-event-size). Its default is 102400
+	// (100 KiB).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxEventBytes *int64 `json:"maxEventBytes,omitempty"`
+
+	// MaxBatchBytes is the largest batch sent; a larger one is split
+	// (--audit-webhook-truncate-max-batch-size). Its default is 10485760
+	// (10 MiB).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxBatchBytes *int64 `json:"maxBatchBytes,omitempty"`
 }
 
 // EncryptionProvider encrypts resources at rest with a key the operator

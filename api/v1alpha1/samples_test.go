@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -198,6 +199,15 @@ func TestApiServerConfig_KubectlShowsColumnsAndExplainsFields(t *testing.T) {
 			t.Fatalf("kubectl explain does not document %q:\n%s", text, explain)
 		}
 	}
+	explain, err = kubectl(t, "explain", "apiserverconfigs.spec.audit.webhook")
+	if err != nil {
+		t.Fatalf("kubectl explain apiserverconfigs.spec.audit.webhook: %v\n%s", err, explain)
+	}
+	for _, text := range []string{"--audit-webhook-config-file", "kubeconfigSecretName", "blocking-strict", "batch", "truncate"} {
+		if !strings.Contains(explain, text) {
+			t.Fatalf("kubectl explain does not document %q:\n%s", text, explain)
+		}
+	}
 }
 
 // The operator defaults specs that did not go through the API server (the
@@ -241,5 +251,29 @@ func TestApiServerConfig_GoDefaultsMatchTheCRDDefaults(t *testing.T) {
 				t.Fatalf("apiserver.SetDefaults differs from the CRD defaults (-server +go):\n%s", diff)
 			}
 		})
+	}
+}
+
+// The defaults of fields no sample sets agree too.
+func TestApiServerConfig_GoDefaultsMatchTheCRDDefaultsOfOptionalFields(t *testing.T) {
+	ns := newNamespace(t)
+	obj := manifest(t, ns, `{"metadata":{"name":"optional"},"spec":{"etcd":{"prefix":"/registry"},"audit":{"webhook":{"kubeconfigSecretName":"audit-webhook"}}}}`)
+	local := &controlplanev1alpha1.ApiServerConfig{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, local); err != nil {
+		t.Fatal(err)
+	}
+	apiserver.SetDefaults(&local.Spec)
+	if err := env.Client.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating the object: %v", err)
+	}
+	server := &controlplanev1alpha1.ApiServerConfig{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), server); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(server.Spec, local.Spec); diff != "" {
+		t.Fatalf("apiserver.SetDefaults differs from the CRD defaults (-server +go):\n%s", diff)
+	}
+	if server.Spec.Audit.Webhook.Mode != controlplanev1alpha1.AuditWebhookBatch {
+		t.Fatalf("spec.audit.webhook.mode defaults to %q, want batch", server.Spec.Audit.Webhook.Mode)
 	}
 }

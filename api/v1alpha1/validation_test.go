@@ -125,6 +125,13 @@ func TestApiServerConfig_RejectsInvalidSpecsAtAdmission(t *testing.T) {
 		// audit, encryption, sizing, limits
 		{"negative audit max age", `{"spec":{"audit":{"maxAge":-1}}}`, "spec.audit.maxAge", "greater than or equal to 0"},
 		{"negative audit backups", `{"spec":{"audit":{"maxBackups":-5}}}`, "spec.audit.maxBackups", "greater than or equal to 0"},
+		{"audit webhook without its kubeconfig", `{"spec":{"audit":{"webhook":{"mode":"batch"}}}}`, "spec.audit.webhook.kubeconfigSecretName", "Required value"},
+		{"unknown audit webhook mode", `{"spec":{"audit":{"webhook":{"kubeconfigSecretName":"w","mode":"async"}}}}`, "spec.audit.webhook.mode", "Unsupported value"},
+		{"audit webhook batch settings when blocking", `{"spec":{"audit":{"webhook":{"kubeconfigSecretName":"w","mode":"blocking","batch":{"maxSize":10}}}}}`, "spec.audit.webhook.batch", "only read with mode batch"},
+		{"audit webhook buffer of 0", `{"spec":{"audit":{"webhook":{"kubeconfigSecretName":"w","batch":{"bufferSize":0}}}}}`, "spec.audit.webhook.batch.bufferSize", "greater than or equal to 1"},
+		{"audit webhook batch wait of 0", `{"spec":{"audit":{"webhook":{"kubeconfigSecretName":"w","batch":{"maxWait":"0s"}}}}}`, "spec.audit.webhook.batch.maxWait", "must be more than 0"},
+		{"audit webhook backoff not a duration", `{"spec":{"audit":{"webhook":{"kubeconfigSecretName":"w","initialBackoff":"-1s"}}}}`, "spec.audit.webhook.initialBackoff", "should match"},
+		{"audit webhook event size of 0", `{"spec":{"audit":{"webhook":{"kubeconfigSecretName":"w","truncate":{"maxEventBytes":0}}}}}`, "spec.audit.webhook.truncate.maxEventBytes", "greater than or equal to 1"},
 		{"encryption provider and config both", `{"spec":{"encryption":{"provider":"aescbc","configSecretName":"enc"}}}`, "spec.encryption", "exactly one of provider and configSecretName"},
 		{"unknown encryption provider", `{"spec":{"encryption":{"provider":"none"}}}`, "spec.encryption.provider", "Unsupported value"},
 		{"rotation period with the user's configuration", `{"spec":{"encryption":{"configSecretName":"enc","rotationPeriod":"720h"}}}`, "spec.encryption.rotationPeriod", "rotates only the keys it generates"},

@@ -234,14 +234,23 @@ func pluginOrigin(c *apiserver.Completed, msg string) *flagOrigin {
 }
 
 // problemError reports a problem at the field of the flag it concerns
-// (the best ranked, when it concerns several), or at the field that turns
-// on the admission plugin it is about; nil when it names no flag of the
-// command line.
+// (the best ranked, when it concerns several; among equals, the one whose
+// value the message quotes at most length: "batch", a word of many
+// messages, says less than "20000000"), or at the field that turns on the
+// admission plugin it is about; nil when it names no flag of the command
+// line.
 func problemError(c *apiserver.Completed, p validatorpool.Problem) *field.Error {
 	origins := flagOrigins(c)
+	quoted := func(o flagOrigin) int {
+		if v := fmt.Sprint(o.value); strings.Contains(p.Message, v) {
+			return len(v)
+		}
+		return 0
+	}
 	var best *flagOrigin
 	for _, name := range p.Flags {
-		if o, ok := origins[name]; ok && (best == nil || o.rank < best.rank) {
+		o, ok := origins[name]
+		if ok && (best == nil || o.rank < best.rank || o.rank == best.rank && quoted(o) > quoted(*best)) {
 			best = &o
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -44,6 +45,15 @@ func tenant(mutate func(*v1alpha1.ApiServerConfig)) *v1alpha1.ApiServerConfig {
 		mutate(cfg)
 	}
 	return cfg
+}
+
+// auditWebhook sends the tenant's audit events to a webhook, as mutate
+// sets it up.
+func auditWebhook(mutate func(*v1alpha1.AuditWebhookSpec)) func(*v1alpha1.ApiServerConfig) {
+	return func(cfg *v1alpha1.ApiServerConfig) {
+		cfg.Spec.Audit.Webhook = &v1alpha1.AuditWebhookSpec{KubeconfigSecretName: "audit-webhook"}
+		mutate(cfg.Spec.Audit.Webhook)
+	}
 }
 
 func extraArgs(args ...string) func(*v1alpha1.ApiServerConfig) {
@@ -100,7 +110,7 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		{name: "admission-control beside enable-admission-plugins", mutate: extraArgs("admission-control=NamespaceLifecycle"), field: "spec.extraArgs[0].value", message: "mutually exclusive"},
 		{name: "a signing endpoint beside the signing key", mutate: extraArgs("service-account-signing-endpoint=/run/signer.sock"), field: "spec.extraArgs[0].value", message: "mutually exclusive"},
 		{name: "a leadership lease not above the renew deadline", mutate: extraArgs("coordinated-leadership-lease-duration=5s"), field: "spec.extraArgs[0].value", message: "must be greater than --coordinated-leadership-renew-deadline"},
-		{name: "a file the pod does not have", mutate: extraArgs("audit-webhook-config-file=/etc/hosts"), field: "spec.extraArgs[0].value", message: "/etc/hosts: no such file or directory"},
+		{name: "a file the pod does not have", mutate: extraArgs("authentication-token-webhook-config-file=/etc/hosts"), field: "spec.extraArgs[0].value", message: "/etc/hosts: no such file or directory"},
 		{name: "an error that names no flag is placed by elimination", mutate: extraArgs("goaway-chance=0.01", "log-text-split-stream=true"), field: "spec.extraArgs[1].value", message: "Feature LoggingAlphaOptions is disabled"},
 		{name: "--version", mutate: extraArgs("version=true"), field: "spec.extraArgs[0].value", message: "print its version and exit"},
 
@@ -145,6 +155,24 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		{name: "an issuer URL equal to the service-account issuer", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://kubernetes.default.svc.cluster.local", ClientID: "k"}
 		}, field: "spec.authentication.serviceAccount.issuers", message: "must not overlap with disallowed issuers"},
+
+		// The audit webhook: its kubeconfig is read at start (a stand-in
+		// here), its settings judged by upstream.
+		{name: "an audit webhook with every setting", mutate: auditWebhook(func(w *v1alpha1.AuditWebhookSpec) {
+			w.InitialBackoff = &metav1.Duration{Duration: 5 * time.Second}
+			w.Batch = &v1alpha1.AuditWebhookBatchSpec{BufferSize: ptr.To[int32](20000), MaxSize: ptr.To[int32](100),
+				MaxWait: &metav1.Duration{Duration: 5 * time.Second}, ThrottleQPS: ptr.To[int32](20), ThrottleBurst: ptr.To[int32](40)}
+			w.Truncate = &v1alpha1.AuditWebhookTruncateSpec{MaxEventBytes: ptr.To[int64](200000), MaxBatchBytes: ptr.To[int64](2000000)}
+		})},
+		{name: "a blocking-strict audit webhook", mutate: auditWebhook(func(w *v1alpha1.AuditWebhookSpec) { w.Mode = v1alpha1.AuditWebhookBlockingStrict })},
+		{name: "an audit webhook event larger than upstream's default batch", mutate: auditWebhook(func(w *v1alpha1.AuditWebhookSpec) {
+			w.Truncate = &v1alpha1.AuditWebhookTruncateSpec{MaxEventBytes: ptr.To[int64](20000000)}
+		}), field: "spec.audit.webhook.truncate.maxEventBytes", message: "must be greater than max event size (20000000)"},
+		{name: "the deprecated name of the audit webhook's backoff beside its field", mutate: func(c *v1alpha1.ApiServerConfig) {
+			auditWebhook(func(w *v1alpha1.AuditWebhookSpec) { w.InitialBackoff = &metav1.Duration{Duration: time.Second} })(c)
+			extraArgs("audit-webhook-batch-initial-backoff=3s")(c)
+		}, field: "spec.extraArgs[0].name", message: "set it there only"},
+		{name: "an audit webhook setting in extraArgs", mutate: extraArgs("audit-webhook-mode=blocking"), field: "spec.extraArgs[0].name", message: "managed by the operator from spec.audit.webhook.mode"},
 
 		// Encryption resources upstream refuses.
 		{name: "encryption of *", mutate: func(c *v1alpha1.ApiServerConfig) {

@@ -27,6 +27,7 @@ type throwaway struct {
 	etcd       map[string][]byte
 	encryption apiserver.EncryptionKey
 	authzHook  []byte
+	auditHook  []byte
 	oidcCA     []byte
 }
 
@@ -84,12 +85,11 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 	if _, err := rand.Read(secret); err != nil {
 		return nil, err
 	}
-	hook := clientcmdapi.NewConfig()
-	hook.Clusters["authz"] = &clientcmdapi.Cluster{Server: "https://authorization-webhook.invalid", CertificateAuthorityData: bundle}
-	hook.AuthInfos["apiserver"] = &clientcmdapi.AuthInfo{}
-	hook.Contexts["authz"] = &clientcmdapi.Context{Cluster: "authz", AuthInfo: "apiserver"}
-	hook.CurrentContext = "authz"
-	hookData, err := clientcmd.Write(*hook)
+	authzHook, err := webhookKubeconfig("https://authorization-webhook.invalid", bundle)
+	if err != nil {
+		return nil, err
+	}
+	auditHook, err := webhookKubeconfig("https://audit-webhook.invalid", bundle)
 	if err != nil {
 		return nil, err
 	}
@@ -109,9 +109,21 @@ func newThrowaway(alg v1alpha1.KeyAlgorithm) (*throwaway, error) {
 		},
 		etcd:       map[string][]byte{"ca": bundle, "cert": etcdClient.CertPEM(), "key": etcdKey},
 		encryption: apiserver.EncryptionKey{Name: "validation", Provider: v1alpha1.EncryptionSecretbox, Secret: secret},
-		authzHook:  hookData,
+		authzHook:  authzHook,
+		auditHook:  auditHook,
 		oidcCA:     bundle,
 	}, nil
+}
+
+// webhookKubeconfig is a kubeconfig that reaches a webhook at server,
+// whose serving certificate ca signed: the shape of a user's.
+func webhookKubeconfig(server string, ca []byte) ([]byte, error) {
+	hook := clientcmdapi.NewConfig()
+	hook.Clusters["webhook"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	hook.AuthInfos["apiserver"] = &clientcmdapi.AuthInfo{}
+	hook.Contexts["webhook"] = &clientcmdapi.Context{Cluster: "webhook", AuthInfo: "apiserver"}
+	hook.CurrentContext = "webhook"
+	return clientcmd.Write(*hook)
 }
 
 // standIn is well-formed content for a file the pods read from one of the
@@ -128,6 +140,10 @@ func (t *throwaway) standIn(path string) ([]byte, error) {
 		return t.etcd["key"], nil
 	case apiserver.AuthorizationWebhookKubeconfigFile:
 		return t.authzHook, nil
+	case apiserver.AuditWebhookKubeconfigFile:
+		// Read at start, when kube-apiserver builds its audit backend;
+		// nothing is sent before it serves.
+		return t.auditHook, nil
 	case apiserver.AuditPolicyFile:
 		return apiserver.DefaultAuditPolicy()
 	case apiserver.EncryptionConfigFile:
@@ -173,8 +189,8 @@ func StandIns(c *apiserver.Completed) (apiserver.Material, apiserver.Environment
 // ValidationRequest is what c's pods would run, their command line and
 // every file they mount, for the validator of c's version, as Desired
 // renders them with StandIns. Files that come from the user's own objects
-// (the etcd client Secret, an authorization webhook kubeconfig, an
-// encryption configuration Secret, an audit policy ConfigMap) are stood in
+// (the etcd client Secret, an authorization or audit webhook kubeconfig,
+// an encryption configuration Secret, an audit policy ConfigMap) are stood in
 // for by well-formed ones: their content is checked where the operator
 // reads them. podIP is the address the pods advertise, for the family
 // checks.

@@ -13,9 +13,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -347,6 +349,43 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 			"https://login.example.com", "https://login.example.com/path", "https://login.example.com?q=1",
 			"https://u:p@login.example.com", "https://kubernetes.default.svc.cluster.local",
 		})}
+	}
+	if coin(15) {
+		// An audit webhook with random settings, some of them refused by
+		// the CRD (0, batch settings in a blocking mode) or by upstream
+		// (an event larger than the batch).
+		w := &v1alpha1.AuditWebhookSpec{KubeconfigSecretName: "audit-webhook",
+			Mode: v1alpha1.AuditWebhookMode(pick([]string{"", "batch", "blocking", "blocking-strict"}))}
+		count := func() *int32 { return ptr.To([]int32{0, 1, 15, 400, 10000}[r.IntN(5)]) }
+		bytes := func() *int64 { return ptr.To([]int64{0, 1, 102400, 10485760, 20000000}[r.IntN(5)]) }
+		wait := func() *metav1.Duration {
+			return &metav1.Duration{Duration: []time.Duration{0, time.Millisecond, time.Second, time.Minute}[r.IntN(4)]}
+		}
+		if coin(50) {
+			w.InitialBackoff = wait()
+		}
+		if coin(50) {
+			b := &v1alpha1.AuditWebhookBatchSpec{}
+			for _, set := range []func(){
+				func() { b.BufferSize = count() }, func() { b.MaxSize = count() }, func() { b.MaxWait = wait() },
+				func() { b.ThrottleQPS = count() }, func() { b.ThrottleBurst = count() },
+			} {
+				if coin(40) {
+					set()
+				}
+			}
+			w.Batch = b
+		}
+		if coin(30) {
+			w.Truncate = &v1alpha1.AuditWebhookTruncateSpec{}
+			if coin(60) {
+				w.Truncate.MaxEventBytes = bytes()
+			}
+			if coin(60) {
+				w.Truncate.MaxBatchBytes = bytes()
+			}
+		}
+		s.Audit.Webhook = w
 	}
 	if coin(15) {
 		modes := [][]v1alpha1.AuthorizationMode{{"Node", "RBAC"}, {"RBAC"}, {"Node"}, {"AlwaysDeny", "RBAC"}, {"RBAC", "AlwaysAllow"}}
