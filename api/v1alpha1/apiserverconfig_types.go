@@ -858,8 +858,8 @@ const (
 	// request is answered; a failure to send is logged and the request
 	// goes on.
 	AuditWebhookBlocking AuditWebhookMode = "blocking"
-	// AuditWebhookBlockingStrict is blocking, and a request whose first
-	// event (stage RequestReceived) cannot be sent fails.
+	// AuditWebhookBlockingStrict is blocking, and a request whose event
+	// of stage RequestReceived cannot be sent fails.
 	AuditWebhookBlockingStrict AuditWebhookMode = "blocking-strict"
 )
 
@@ -878,9 +878,11 @@ type AuditWebhookSpec struct {
 	// Mode is batch (the default: events are buffered and sent in the
 	// background), blocking (each request waits until its events are
 	// sent; a failure is logged and the request goes on) or
-	// blocking-strict (as blocking, and a request fails when its first
-	// event cannot be sent) (--audit-webhook-mode). The blocking modes
-	// make every request wait on the webhook.
+	// blocking-strict (as blocking, and a request fails when its event of
+	// stage RequestReceived cannot be sent) (--audit-webhook-mode). The
+	// blocking modes make every request wait on the webhook. The default
+	// policy omits stage RequestReceived, so that blocking-strict needs a
+	// policy (policyConfigMapName) that keeps it.
 	// +kubebuilder:default=batch
 	// +optional
 	Mode AuditWebhookMode `json:"mode,omitempty"`
