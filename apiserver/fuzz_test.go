@@ -118,6 +118,22 @@ func randomSpec(seed uint64, catalog *Catalog) *v1alpha1.ApiServerConfig {
 		s.CacheSizing.TargetRAMMB = ptr.To(int32(pick(200000)))
 	}
 
+	if coin() {
+		w := &v1alpha1.AuditWebhookSpec{KubeconfigSecretName: "audit-webhook",
+			Mode: []v1alpha1.AuditWebhookMode{"batch", "blocking", "blocking-strict"}[pick(3)]}
+		if coin() {
+			w.InitialBackoff = &metav1.Duration{Duration: time.Duration(1+pick(30)) * time.Second}
+		}
+		if w.Mode == v1alpha1.AuditWebhookBatch && coin() {
+			w.Batch = &v1alpha1.AuditWebhookBatchSpec{BufferSize: ptr.To(int32(1 + pick(20000))), MaxSize: ptr.To(int32(1 + pick(1000))),
+				MaxWait: &metav1.Duration{Duration: time.Duration(1+pick(60)) * time.Second}, ThrottleQPS: ptr.To(int32(1 + pick(50))), ThrottleBurst: ptr.To(int32(1 + pick(50)))}
+		}
+		if coin() {
+			w.Truncate = &v1alpha1.AuditWebhookTruncateSpec{MaxEventBytes: ptr.To(int64(1 + pick(100000))), MaxBatchBytes: ptr.To(int64(100000 + pick(10000000)))}
+		}
+		s.Audit.Webhook = w
+	}
+
 	// Unmanaged flags of scalar types, with values of their type.
 	managed := ManagedFlagFields()
 	var free []string
