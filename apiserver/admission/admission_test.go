@@ -168,6 +168,15 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		{name: "an audit webhook event larger than upstream's default batch", mutate: auditWebhook(func(w *v1alpha1.AuditWebhookSpec) {
 			w.Truncate = &v1alpha1.AuditWebhookTruncateSpec{MaxEventBytes: ptr.To[int64](20000000)}
 		}), field: "spec.audit.webhook.truncate.maxEventBytes", message: "must be greater than max event size (20000000)"},
+		// Upstream's messages name these in words of their own ("invalid
+		// audit truncate webhook max batch size 5000"), and quote "batch",
+		// the mode's value, within them.
+		{name: "an audit webhook batch smaller than an event", mutate: auditWebhook(func(w *v1alpha1.AuditWebhookSpec) {
+			w.Truncate = &v1alpha1.AuditWebhookTruncateSpec{MaxEventBytes: ptr.To[int64](100), MaxBatchBytes: ptr.To[int64](50)}
+		}), field: "spec.audit.webhook.truncate.maxBatchBytes", message: "audit truncate webhook max batch size"},
+		{name: "an audit webhook batch of a short size", mutate: auditWebhook(func(w *v1alpha1.AuditWebhookSpec) {
+			w.Truncate = &v1alpha1.AuditWebhookTruncateSpec{MaxBatchBytes: ptr.To[int64](5000)}
+		}), field: "spec.audit.webhook.truncate.maxBatchBytes", message: "audit truncate webhook max batch size"},
 		{name: "the deprecated name of the audit webhook's backoff beside its field", mutate: func(c *v1alpha1.ApiServerConfig) {
 			auditWebhook(func(w *v1alpha1.AuditWebhookSpec) { w.InitialBackoff = &metav1.Duration{Duration: time.Second} })(c)
 			extraArgs("audit-webhook-batch-initial-backoff=3s")(c)

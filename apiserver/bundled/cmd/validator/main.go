@@ -436,8 +436,9 @@ func (g given) attribute(err error) problem {
 	}
 	if len(flags) == 0 {
 		for name := range g.values {
-			// "audit-log-format" or "audit log format"
-			if mentions(msg, name) || mentions(msg, strings.ReplaceAll(name, "-", " ")) {
+			// "audit-log-format" or "audit log format", or upstream's
+			// own words for it ("audit truncate webhook max batch size")
+			if mentions(msg, name) || mentions(msg, strings.ReplaceAll(name, "-", " ")) || upstreamWords(msg, name) {
 				flags = append(flags, name)
 			}
 		}
@@ -496,6 +497,34 @@ func (g given) attributeStage(err error) problem {
 }
 
 // mentions reports whether msg names the flag as a word of its own.
+// auditWords are the words upstream's audit options (k8s.io/apiserver's
+// pkg/server/options/audit.go) name a backend's batch and truncate flags
+// with, the backend ("log", "webhook") as %s: "invalid audit batch
+// webhook max batch size 0" is --audit-webhook-batch-max-size. The
+// messages spell no flag, and quote values ("batch") that other flags
+// have.
+var auditWords = map[string]string{
+	"audit-%s-batch-buffer-size":       "audit batch %s buffer size",
+	"audit-%s-batch-max-size":          "audit batch %s max batch size",
+	"audit-%s-batch-throttle-qps":      "audit batch %s throttle QPS",
+	"audit-%s-batch-throttle-burst":    "audit batch %s throttle burst",
+	"audit-%s-truncate-max-event-size": "audit truncate %s max event size",
+	"audit-%s-truncate-max-batch-size": "audit truncate %s max batch size",
+}
+
+// upstreamWords reports whether msg names flag name in upstream's words
+// for it (auditWords).
+func upstreamWords(msg, name string) bool {
+	for _, backend := range []string{"log", "webhook"} {
+		for flag, words := range auditWords {
+			if fmt.Sprintf(flag, backend) == name && mentions(msg, fmt.Sprintf(words, backend)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func mentions(msg, name string) bool {
 	for i := 0; ; {
 		j := strings.Index(msg[i:], name)
