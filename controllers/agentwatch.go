@@ -3,14 +3,12 @@ package controllers
 import (
 	"context"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -131,17 +129,8 @@ func (w *agentWatch) NeedLeaderElection() bool { return true }
 // Start looks at every server once per interval until ctx ends, the first
 // time after a random part of the interval.
 func (w *agentWatch) Start(ctx context.Context) error {
-	next := time.Now().Add(rand.N(w.interval)) //nolint:gosec // G404: a jitter, not a secret
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Until(next)):
-		}
-		start := time.Now()
-		w.lookOnce(ctx)
-		next = start.Add(w.interval)
-	}
+	everyInterval(ctx, w.interval, w.lookOnce)
+	return nil
 }
 
 // lookOnce looks at every tenant's servers, spread over the interval
@@ -245,11 +234,7 @@ func (w *agentWatch) lookOnce(ctx context.Context) {
 		if !bring {
 			continue
 		}
-		select {
-		case w.events <- event.TypedGenericEvent[*v1alpha1.ApiServerConfig]{Object: &v1alpha1.ApiServerConfig{
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
-		}}:
-		case <-ctx.Done():
+		if !bringBack(ctx, w.events, key) {
 			return
 		}
 	}

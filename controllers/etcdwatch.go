@@ -131,18 +131,39 @@ func (w *etcdWatch) NeedLeaderElection() bool { return true }
 // together do not look together.
 func (w *etcdWatch) Start(ctx context.Context) error {
 	defer w.probe.Close()
-	next := time.Now().Add(rand.N(w.interval)) //nolint:gosec // G404: a jitter, not a secret
+	everyInterval(ctx, w.interval, w.lookOnce)
+	return nil
+}
+
+// everyInterval runs round once per interval until ctx ends, the first
+// time after a random part of the interval, so that operators started
+// together do not look together. A round that took longer than the
+// interval (more than the budget allows in one) is followed by the next
+// at once.
+func everyInterval(ctx context.Context, interval time.Duration, round func(context.Context)) {
+	next := time.Now().Add(rand.N(interval)) //nolint:gosec // G404: a jitter, not a secret
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(time.Until(next)):
 		}
 		start := time.Now()
-		w.lookOnce(ctx)
-		// A round that took longer than the interval (more servers than
-		// the budget allows in one) is followed by the next at once.
-		next = start.Add(w.interval)
+		round(ctx)
+		next = start.Add(interval)
+	}
+}
+
+// bringBack queues a pass of the tenant key on events; false when ctx
+// ended first.
+func bringBack(ctx context.Context, events chan<- event.TypedGenericEvent[*v1alpha1.ApiServerConfig], key types.NamespacedName) bool {
+	select {
+	case events <- event.TypedGenericEvent[*v1alpha1.ApiServerConfig]{Object: &v1alpha1.ApiServerConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+	}}:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -206,11 +227,7 @@ func (w *etcdWatch) lookOnce(ctx context.Context) {
 			w.tenants[key] = cur
 		}
 		w.mu.Unlock()
-		select {
-		case w.events <- event.TypedGenericEvent[*v1alpha1.ApiServerConfig]{Object: &v1alpha1.ApiServerConfig{
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
-		}}:
-		case <-ctx.Done():
+		if !bringBack(ctx, w.events, key) {
 			return
 		}
 	}
