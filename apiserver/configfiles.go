@@ -3,6 +3,7 @@ package apiserver
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,26 +22,33 @@ import (
 var healthPaths = []string{"/healthz", "/livez", "/readyz"}
 
 // AuthenticationConfig renders the AuthenticationConfiguration file:
-// anonymous access (everywhere, or only on the health endpoints) and the
-// OIDC issuer as a JWT authenticator. oidcCA is the PEM bundle of the
-// issuer's CA, read by the controller from spec.authentication.oidc's
-// ConfigMap; nil for a publicly trusted issuer.
-func AuthenticationConfig(c *Completed, oidcCA []byte) ([]byte, error) {
+// anonymous access (everywhere, or only on the health endpoints and
+// spec.authentication.anonymousPaths), the OIDC issuer of
+// spec.authentication.oidc as the first JWT authenticator, then those of
+// spec.authentication.jwt. issuerCAs are the issuers' CAs as read from the
+// objects the spec names, by Reference.Key (IssuerCARefs); an issuer
+// without one is publicly trusted.
+func AuthenticationConfig(c *Completed, issuerCAs map[string][]byte) ([]byte, error) {
+	a := c.Spec.Authentication
 	cfg := apiserverv1.AuthenticationConfiguration{
 		TypeMeta:  metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "AuthenticationConfiguration"},
 		Anonymous: &apiserverv1.AnonymousAuthConfig{Enabled: true},
 	}
-	if !*c.Spec.Authentication.Anonymous {
-		for _, p := range healthPaths {
+	if !*a.Anonymous {
+		for _, p := range append(slices.Clone(healthPaths), a.AnonymousPaths...) {
 			cfg.Anonymous.Conditions = append(cfg.Anonymous.Conditions, apiserverv1.AnonymousAuthCondition{Path: p})
 		}
 	}
-	if o := c.Spec.Authentication.OIDC; o != nil {
+	if o := a.OIDC; o != nil {
+		var ca []byte
+		if refs := IssuerCARefs(&c.Spec); len(refs) > 0 && o.CAConfigMapName != "" {
+			ca = issuerCAs[refs[0].Key()]
+		}
 		jwt := apiserverv1.JWTAuthenticator{
 			Issuer: apiserverv1.Issuer{
 				URL:                  o.IssuerURL,
 				Audiences:            []string{o.ClientID},
-				CertificateAuthority: string(oidcCA),
+				CertificateAuthority: string(ca),
 			},
 			ClaimMappings: apiserverv1.ClaimMappings{
 				Username: apiserverv1.PrefixedClaimOrExpression{Claim: o.UsernameClaim, Prefix: ptr.To(oidcUsernamePrefix(o))},
@@ -51,11 +59,72 @@ func AuthenticationConfig(c *Completed, oidcCA []byte) ([]byte, error) {
 		}
 		cfg.JWT = append(cfg.JWT, jwt)
 	}
+	for i, j := range a.JWT {
+		var ca []byte
+		if ref, ok := jwtCARef(j, i); ok {
+			ca = issuerCAs[ref.Key()]
+		}
+		cfg.JWT = append(cfg.JWT, jwtAuthenticator(j, ca))
+	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("rendering the authentication configuration: %w", err)
 	}
 	return out, nil
+}
+
+// jwtAuthenticator is upstream's form of an authenticator of
+// spec.authentication.jwt, whose fields are upstream's but for the CA,
+// given here as read.
+func jwtAuthenticator(j v1alpha1.JWTAuthenticator, ca []byte) apiserverv1.JWTAuthenticator {
+	out := apiserverv1.JWTAuthenticator{
+		Issuer: apiserverv1.Issuer{
+			URL:                  j.Issuer.URL,
+			DiscoveryURL:         j.Issuer.DiscoveryURL,
+			CertificateAuthority: string(ca),
+			Audiences:            j.Issuer.Audiences,
+			AudienceMatchPolicy:  apiserverv1.AudienceMatchPolicyType(j.Issuer.AudienceMatchPolicy),
+			EgressSelectorType:   apiserverv1.EgressSelectorType(j.Issuer.EgressSelectorType),
+		},
+		ClaimMappings: apiserverv1.ClaimMappings{
+			Username: apiserverv1.PrefixedClaimOrExpression(j.ClaimMappings.Username),
+			Groups:   apiserverv1.PrefixedClaimOrExpression(j.ClaimMappings.Groups),
+			UID:      apiserverv1.ClaimOrExpression(j.ClaimMappings.UID),
+		},
+	}
+	for _, r := range j.ClaimValidationRules {
+		out.ClaimValidationRules = append(out.ClaimValidationRules, apiserverv1.ClaimValidationRule(r))
+	}
+	for _, e := range j.ClaimMappings.Extra {
+		out.ClaimMappings.Extra = append(out.ClaimMappings.Extra, apiserverv1.ExtraMapping(e))
+	}
+	for _, r := range j.UserValidationRules {
+		out.UserValidationRules = append(out.UserValidationRules, apiserverv1.UserValidationRule(r))
+	}
+	return out
+}
+
+// authenticationStartPart is the part of a rendered authentication
+// configuration that kube-apiserver reads only at start: all of it but the
+// authenticators of spec.authentication.jwt, which its reload takes up
+// (upstream refuses a reload that changes anonymous access). It is what
+// ConfigHash hashes of the file: a spec without jwt hashes the whole file,
+// as before jwt existed. A file that does not parse is hashed whole.
+func authenticationStartPart(c *Completed, data []byte) []byte {
+	n := len(c.Spec.Authentication.JWT)
+	if n == 0 {
+		return data
+	}
+	var cfg apiserverv1.AuthenticationConfiguration
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil || len(cfg.JWT) < n {
+		return data
+	}
+	cfg.JWT = cfg.JWT[:len(cfg.JWT)-n]
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return data
+	}
+	return out
 }
 
 // oidcUsernamePrefix keeps the meaning of the --oidc-username-prefix flag:

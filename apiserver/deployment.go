@@ -37,7 +37,9 @@ func Image(c *Completed, repository string) string {
 // command line and the content of the files it does not re-read (see
 // MountedFile.HotReloaded), keyed by their path in the container. A change
 // of it rolls the pods; a renewed serving certificate or a CA bundle that
-// gains a CA restarts nothing.
+// gains a CA restarts nothing, nor does a change of
+// spec.authentication.jwt, which kube-apiserver reloads
+// (authenticationStartPart).
 func ConfigHash(c *Completed, args []string, files map[string][]byte) string {
 	h := sha256.New()
 	// Writes to a hash.Hash never fail.
@@ -53,8 +55,12 @@ func ConfigHash(c *Completed, args []string, files map[string][]byte) string {
 	}
 	names := slices.Sorted(maps.Keys(hashed))
 	for _, name := range names {
-		_, _ = fmt.Fprintf(h, "file %s %d\n", name, len(files[name]))
-		h.Write(files[name])
+		data := files[name]
+		if name == AuthenticationConfigFile {
+			data = authenticationStartPart(c, data)
+		}
+		_, _ = fmt.Fprintf(h, "file %s %d\n", name, len(data))
+		h.Write(data)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }

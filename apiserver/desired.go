@@ -34,9 +34,10 @@ type EncryptionMaterial struct {
 // Environment is what a tenant's objects depend on besides its spec and
 // its material.
 type Environment struct {
-	// OIDCCA is the OIDC issuer's CA, as read from the ConfigMap
-	// spec.authentication.oidc.caConfigMapName names.
-	OIDCCA []byte
+	// IssuerCAs are the CAs of the JWT issuers (IssuerCARefs), as read
+	// from the objects the spec names, by Reference.Key. The operator
+	// writes them into the authentication configuration.
+	IssuerCAs map[string][]byte
 	// Referenced finds the data of the users' objects the pods mount (the
 	// etcd client Secret, an audit policy ConfigMap...): the pod
 	// template's ConfigHash covers it. Nil knows none.
@@ -105,7 +106,7 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 	}
 	o := &Objects{Args: args, Service: DesiredService(c), KonnectivityService: DesiredKonnectivityService(c), PodDisruptionBudget: desiredPodDisruptionBudget(c)}
 	o.NetworkPolicy, _ = desiredNetworkPolicy(c)
-	if o.ConfigMap, err = desiredConfigMap(c, env.OIDCCA); err != nil {
+	if o.ConfigMap, err = desiredConfigMap(c, env.IssuerCAs); err != nil {
 		return nil, err
 	}
 	var konnectivityCA []byte

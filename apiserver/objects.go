@@ -248,14 +248,14 @@ func desiredPodDisruptionBudget(c *Completed) *policyv1.PodDisruptionBudget {
 // desiredConfigMap holds the files the operator renders without secrets:
 // the authentication configuration, the egress selector configuration
 // and, unless the user gave one, the audit policy.
-func desiredConfigMap(c *Completed, oidcCA []byte) (*corev1.ConfigMap, error) {
+func desiredConfigMap(c *Completed, issuerCAs map[string][]byte) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(c, ConfigMapName(c.Name)),
 		Data:       map[string]string{},
 	}
 	if usesAuthenticationConfig(c) {
-		authn, err := AuthenticationConfig(c, oidcCA)
+		authn, err := AuthenticationConfig(c, issuerCAs)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,8 @@
 package apiserver
 
 import (
+	"fmt"
+
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
 
@@ -21,6 +23,43 @@ type Reference struct {
 	Keys []string
 	// Field is the spec field that names the object, for messages.
 	Field string
+	// PEM says that Keys hold PEM certificates (an issuer's CA): the
+	// operator checks that they parse before it writes them anywhere.
+	PEM bool
+}
+
+// Key names the reference's first key in its object, "Kind/name/key":
+// how the data read from it is found again (Environment.IssuerCAs).
+func (r Reference) Key() string { return r.Kind + "/" + r.Name + "/" + r.Keys[0] }
+
+// IssuerCARefs are the objects that hold the CAs of the spec's JWT
+// issuers: spec.authentication.oidc's, then each of jwt's.
+func IssuerCARefs(spec *v1alpha1.ApiServerConfigSpec) []Reference {
+	var refs []Reference
+	if o := spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" {
+		refs = append(refs, Reference{Kind: KindConfigMap, Name: o.CAConfigMapName, Field: "spec.authentication.oidc.caConfigMapName", Keys: []string{"ca.crt"}, PEM: true})
+	}
+	for i, j := range spec.Authentication.JWT {
+		if ref, ok := jwtCARef(j, i); ok {
+			refs = append(refs, ref)
+		}
+	}
+	return refs
+}
+
+// jwtCARef is the object that holds the CA of jwt[i]'s issuer, when it
+// names one.
+func jwtCARef(j v1alpha1.JWTAuthenticator, i int) (Reference, bool) {
+	r := j.Issuer.CertificateAuthorityRef
+	if r == nil {
+		return Reference{}, false
+	}
+	ref := Reference{Kind: KindConfigMap, Name: r.ConfigMapName, Keys: []string{orDefault(r.Key, "ca.crt")}, PEM: true,
+		Field: fmt.Sprintf("spec.authentication.jwt[%d].issuer.certificateAuthorityRef", i)}
+	if r.SecretName != "" {
+		ref.Kind, ref.Name = KindSecret, r.SecretName
+	}
+	return ref, true
 }
 
 // References are the objects spec names, in a fixed order.
@@ -33,9 +72,7 @@ func References(spec *v1alpha1.ApiServerConfigSpec) []Reference {
 	if name := spec.Certificates.CASecretName; name != "" {
 		refs = append(refs, Reference{Kind: KindSecret, Name: name, Field: "spec.certificates.caSecretName", Keys: []string{"tls.crt", "tls.key"}})
 	}
-	if o := spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" {
-		refs = append(refs, Reference{Kind: KindConfigMap, Name: o.CAConfigMapName, Field: "spec.authentication.oidc.caConfigMapName", Keys: []string{"ca.crt"}})
-	}
+	refs = append(refs, IssuerCARefs(spec)...)
 	if w := spec.Authorization.Webhook; w != nil {
 		refs = append(refs, Reference{Kind: KindSecret, Name: w.KubeconfigSecretName, Field: "spec.authorization.webhook.kubeconfigSecretName", Keys: []string{"kubeconfig"}})
 	}

@@ -12,28 +12,47 @@ import (
 )
 
 // loadConfig reads what rendering needs besides the spec and the
-// certificates: the OIDC issuer's CA and the encryption material.
+// certificates: the JWT issuers' CAs and the encryption material.
 func (r *ApiServerConfigReconciler) loadConfig(ctx context.Context, p *pass) error {
 	var err error
-	if p.oidcCA, err = oidcCA(ctx, p.refs, p.cfg, p.c); err != nil {
+	if p.issuerCAs, err = issuerCAs(ctx, p.refs, p.cfg); err != nil {
 		return err
 	}
 	return r.loadEncryption(ctx, p)
 }
 
-// oidcCA reads the OIDC issuer's CA from the ConfigMap the spec names.
-func oidcCA(ctx context.Context, refs client.Reader, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed) ([]byte, error) {
-	o := c.Spec.Authentication.OIDC
-	if o == nil || o.CAConfigMapName == "" {
-		return nil, nil
+// issuerCAs reads the JWT issuers' CAs from the objects the spec names
+// (checkReferences made sure that they exist and parse).
+func issuerCAs(ctx context.Context, refs client.Reader, cfg *v1alpha1.ApiServerConfig) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, ref := range apiserver.IssuerCARefs(&cfg.Spec) {
+		data, err := referencedKey(ctx, refs, cfg.Namespace, ref)
+		if err != nil {
+			return nil, err
+		}
+		out[ref.Key()] = data
 	}
-	cm := &corev1.ConfigMap{}
-	if err := refs.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: o.CAConfigMapName}, cm); err != nil {
-		return nil, fmt.Errorf("reading ConfigMap %s/%s named by spec.authentication.oidc.caConfigMapName: %w", cfg.Namespace, o.CAConfigMapName, err)
+	return out, nil
+}
+
+// referencedKey is the data of ref's first key.
+func referencedKey(ctx context.Context, refs client.Reader, namespace string, ref apiserver.Reference) ([]byte, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}
+	switch ref.Kind {
+	case apiserver.KindSecret:
+		s := &corev1.Secret{}
+		if err := refs.Get(ctx, key, s); err != nil {
+			return nil, fmt.Errorf("reading Secret %s/%s named by %s: %w", namespace, ref.Name, ref.Field, err)
+		}
+		return s.Data[ref.Keys[0]], nil
+	default:
+		cm := &corev1.ConfigMap{}
+		if err := refs.Get(ctx, key, cm); err != nil {
+			return nil, fmt.Errorf("reading ConfigMap %s/%s named by %s: %w", namespace, ref.Name, ref.Field, err)
+		}
+		if v, ok := cm.BinaryData[ref.Keys[0]]; ok {
+			return v, nil
+		}
+		return []byte(cm.Data[ref.Keys[0]]), nil
 	}
-	ca := cm.Data["ca.crt"]
-	if ca == "" {
-		return nil, fmt.Errorf("ConfigMap %s/%s has no key ca.crt", cfg.Namespace, o.CAConfigMapName)
-	}
-	return []byte(ca), nil
 }

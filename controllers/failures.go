@@ -73,6 +73,21 @@ func (e *missingReference) Error() string {
 	return fmt.Sprintf("%s %s/%s named by %s has no key %s", e.ref.Kind, e.namespace, e.ref.Name, e.ref.Field, strings.Join(e.keys, ", "))
 }
 
+// invalidReference is a key of a user's object that holds something the
+// pods could not use: an issuer's CA that is not PEM certificates, which
+// kube-apiserver would refuse to start with.
+type invalidReference struct {
+	ref       apiserver.Reference
+	namespace string
+	key       string
+	err       error
+}
+
+func (e *invalidReference) Error() string {
+	return fmt.Sprintf("%s %s/%s named by %s: key %s holds no PEM certificate (%v): put the issuer's CA certificates there, PEM encoded",
+		e.ref.Kind, e.namespace, e.ref.Name, e.ref.Field, e.key, e.err)
+}
+
 // imagePullReasons are the waiting reasons of a container whose image
 // cannot be pulled.
 var imagePullReasons = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}

@@ -56,8 +56,9 @@ type pass struct {
 	// etcdTLS is how the operator reaches etcd (nil without TLS).
 	etcdTLS   *tls.Config
 	etcdTLSID string
-	// oidcCA is the OIDC issuer's CA, from the user's ConfigMap.
-	oidcCA []byte
+	// issuerCAs are the JWT issuers' CAs, from the user's objects, by
+	// apiserver.Reference.Key.
+	issuerCAs map[string][]byte
 	// enc is the operator's encryption material, nil without it.
 	enc *encryptionPass
 
@@ -296,6 +297,12 @@ func (r *ApiServerConfigReconciler) checkReferences(ctx context.Context, p *pass
 	if missing := (*missingReference)(nil); errors.As(err, &missing) {
 		p.obs.failure = &envFailure{reason: v1alpha1.ReasonReferenceMissing, message: missing.Error(),
 			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonReferenceMissing, p.now)}
+		p.done = true
+		return nil
+	}
+	if invalid := (*invalidReference)(nil); errors.As(err, &invalid) {
+		p.obs.failure = &envFailure{reason: v1alpha1.ReasonReferenceInvalid, message: invalid.Error(), atOnce: true,
+			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonReferenceInvalid, p.now)}
 		p.done = true
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -47,7 +48,8 @@ type referenced struct {
 }
 
 // readReferences reads every object the spec names and checks its keys. A
-// missing object or key is a *missingReference.
+// missing object or key is a *missingReference, a CA that is not PEM
+// certificates an *invalidReference.
 func readReferences(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerConfig) (*referenced, error) {
 	refs := &referenced{secrets: map[string]*corev1.Secret{}, configMaps: map[string]*corev1.ConfigMap{}}
 	for _, ref := range apiserver.References(&cfg.Spec) {
@@ -62,6 +64,7 @@ func readReferences(ctx context.Context, reader client.Reader, cfg *v1alpha1.Api
 			return nil
 		}
 		var has func(key string) bool
+		var value func(key string) []byte
 		switch ref.Kind {
 		case apiserver.KindSecret:
 			s, ok := refs.secrets[ref.Name]
@@ -73,6 +76,7 @@ func readReferences(ctx context.Context, reader client.Reader, cfg *v1alpha1.Api
 				refs.secrets[ref.Name] = s
 			}
 			has = func(k string) bool { return len(s.Data[k]) > 0 }
+			value = func(k string) []byte { return s.Data[k] }
 		case apiserver.KindConfigMap:
 			cm, ok := refs.configMaps[ref.Name]
 			if !ok {
@@ -83,6 +87,12 @@ func readReferences(ctx context.Context, reader client.Reader, cfg *v1alpha1.Api
 				refs.configMaps[ref.Name] = cm
 			}
 			has = func(k string) bool { return cm.Data[k] != "" || len(cm.BinaryData[k]) > 0 }
+			value = func(k string) []byte {
+				if v, ok := cm.BinaryData[k]; ok {
+					return v
+				}
+				return []byte(cm.Data[k])
+			}
 		default:
 			return nil, fmt.Errorf("%s names a %s, which the operator cannot read", ref.Field, ref.Kind)
 		}
@@ -94,6 +104,11 @@ func readReferences(ctx context.Context, reader client.Reader, cfg *v1alpha1.Api
 		}
 		if len(missing) > 0 {
 			return nil, &missingReference{ref: ref, namespace: cfg.Namespace, keys: missing}
+		}
+		for _, k := range ref.Keys {
+			if _, err := certutil.ParseCertsPEM(value(k)); ref.PEM && err != nil {
+				return nil, &invalidReference{ref: ref, namespace: cfg.Namespace, key: k, err: err}
+			}
 		}
 	}
 	return refs, nil

@@ -76,7 +76,7 @@ func (r *ApiServerConfigReconciler) render(p *pass) error {
 		m.Encryption = &apiserver.EncryptionMaterial{Keys: p.enc.keys, State: p.enc.state}
 	}
 	desired, err := apiserver.Desired(p.c, m, apiserver.Environment{
-		OIDCCA: p.oidcCA, Referenced: p.referencedData(), ImageRepository: r.ImageRepository, EtcdDialerImage: r.EtcdDialerImage,
+		IssuerCAs: p.issuerCAs, Referenced: p.referencedData(), ImageRepository: r.ImageRepository, EtcdDialerImage: r.EtcdDialerImage,
 		KonnectivityServerImage: r.KonnectivityServerImage, KonnectivityAgentImage: r.KonnectivityAgentImage})
 	if err != nil {
 		return err

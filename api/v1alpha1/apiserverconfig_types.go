@@ -590,6 +590,7 @@ type ServiceSpec struct {
 }
 
 // AuthenticationSpec configures authentication.
+// +kubebuilder:validation:XValidation:rule="!has(self.anonymous) || !self.anonymous || !has(self.anonymousPaths) || size(self.anonymousPaths) == 0",fieldPath=".anonymousPaths",message="anonymousPaths are read only when anonymous is false: with anonymous true every path answers without credentials"
 type AuthenticationSpec struct {
 	// Anonymous allows unauthenticated requests everywhere. Off by default,
 	// as CIS 1.2.1 recommends: only /livez, /readyz and /healthz then answer
@@ -598,9 +599,46 @@ type AuthenticationSpec struct {
 	// +optional
 	Anonymous *bool `json:"anonymous,omitempty"`
 
+	// AnonymousPaths are paths that answer requests without credentials
+	// when anonymous is false, besides /livez, /readyz and /healthz, which
+	// always do (kubelet's probes need them): for example
+	// /.well-known/openid-configuration and /openid/v1/jwks, for systems
+	// that read the ServiceAccount issuer's keys without credentials.
+	// RBAC still decides what system:anonymous may do there. A change
+	// restarts the apiservers, one at a time: kube-apiserver does not
+	// reload its anonymous settings.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^/`
+	// +listType=set
+	// +optional
+	AnonymousPaths []string `json:"anonymousPaths,omitempty"`
+
 	// OIDC authenticates users with tokens of an OpenID Connect provider.
+	// It is kept for specs written before jwt: it becomes the first JWT
+	// authenticator, with the meaning its flags had. A change of it
+	// restarts the apiservers, one at a time, as it always has; prefer
+	// jwt, whose changes are reloaded.
 	// +optional
 	OIDC *OIDCSpec `json:"oidc,omitempty"`
+
+	// JWT authenticates users with tokens of JWT issuers (OpenID Connect
+	// providers), each with its audiences, claim mappings and validation
+	// rules in CEL: upstream's AuthenticationConfiguration jwt list, field
+	// for field, except that an issuer's CA is read from a ConfigMap or a
+	// Secret (issuer.certificateAuthorityRef). The bundled kube-apiserver's
+	// own loader judges the list at admission: a wrong CEL expression is
+	// refused at its field. Changes reach the running apiservers through
+	// kube-apiserver's reload of its authentication configuration, without
+	// a restart: the file reaches the pods within about a minute (kubelet's
+	// sync), and kube-apiserver reads it again within a minute more. A new
+	// list is taken only once every issuer in it answers discovery; until
+	// then the one before keeps working.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	JWT []JWTAuthenticator `json:"jwt,omitempty"`
 
 	// ServiceAccount configures the tokens of ServiceAccounts.
 	// +kubebuilder:default={}
@@ -647,6 +685,214 @@ type OIDCSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	CAConfigMapName string `json:"caConfigMapName,omitempty"`
+}
+
+// JWTAuthenticator is one JWT issuer whose tokens authenticate users.
+type JWTAuthenticator struct {
+	// Issuer says where the tokens come from and whom they are for.
+	Issuer JWTIssuer `json:"issuer"`
+
+	// ClaimValidationRules must all hold for a token to be accepted.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	ClaimValidationRules []ClaimValidationRule `json:"claimValidationRules,omitempty"`
+
+	// ClaimMappings says which claims become the user's name, groups, uid
+	// and extra attributes.
+	ClaimMappings ClaimMappings `json:"claimMappings"`
+
+	// UserValidationRules must all hold for the user a token maps to, for
+	// example that its name does not start with system:.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	UserValidationRules []UserValidationRule `json:"userValidationRules,omitempty"`
+}
+
+// JWTIssuer is an OpenID Connect provider.
+type JWTIssuer struct {
+	// URL is the issuer (https://...): the iss claim of its tokens, and
+	// where its discovery document is fetched from unless discoveryURL
+	// says otherwise. Unique among the authenticators.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	URL string `json:"url"`
+
+	// DiscoveryURL, when set, is fetched for the discovery document
+	// instead of {url}/.well-known/openid-configuration, for a provider
+	// served elsewhere than its issuer URL (for example inside the
+	// management cluster).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	DiscoveryURL *string `json:"discoveryURL,omitempty"`
+
+	// CertificateAuthorityRef names the ConfigMap or Secret of the
+	// tenant's namespace that holds the CA (PEM) of the provider's
+	// serving certificate, when it is not publicly trusted. The operator
+	// reads it and writes it into the authentication configuration: a
+	// change of it is reloaded like the rest of jwt.
+	// +optional
+	CertificateAuthorityRef *CertificateAuthorityRef `json:"certificateAuthorityRef,omitempty"`
+
+	// Audiences are the audiences a token must be issued for (its aud
+	// claim): at least one of them.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=atomic
+	Audiences []string `json:"audiences"`
+
+	// AudienceMatchPolicy is MatchAny: a token is accepted when its aud
+	// claim has any of audiences. It must be set when there are several
+	// audiences.
+	// +kubebuilder:validation:Enum=MatchAny
+	// +optional
+	AudienceMatchPolicy string `json:"audienceMatchPolicy,omitempty"`
+
+	// EgressSelectorType routes the calls to the provider (discovery,
+	// keys, distributed claims): "cluster" through the konnectivity
+	// tunnel into the tenant's nodes (needs spec.konnectivity), for a
+	// provider that runs there; "controlplane" and unset dial it from the
+	// apiserver pods directly.
+	// +kubebuilder:validation:Enum=controlplane;cluster
+	// +optional
+	EgressSelectorType string `json:"egressSelectorType,omitempty"`
+}
+
+// CertificateAuthorityRef names a key of a ConfigMap or of a Secret that
+// holds PEM certificates.
+// +kubebuilder:validation:XValidation:rule="has(self.configMapName) != has(self.secretName)",message="name exactly one of configMapName and secretName"
+type CertificateAuthorityRef struct {
+	// ConfigMapName names a ConfigMap of the tenant's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ConfigMapName string `json:"configMapName,omitempty"`
+
+	// SecretName names a Secret of the tenant's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+
+	// Key is the key that holds the certificates.
+	// +kubebuilder:default=ca.crt
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// ClaimValidationRule is a claim a token must carry with a value, or a CEL
+// expression over its claims that must be true.
+type ClaimValidationRule struct {
+	// Claim is a claim that must be present, with value requiredValue.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Claim string `json:"claim,omitempty"`
+
+	// RequiredValue is the value claim must have.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	RequiredValue string `json:"requiredValue,omitempty"`
+
+	// Expression is a CEL expression over claims (claims.sub,
+	// claims.email_verified) that must be true.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Expression string `json:"expression,omitempty"`
+
+	// Message is the error a token gets when expression is false.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// ClaimMappings says which claims make the user.
+type ClaimMappings struct {
+	// Username is the user's name: a claim with a prefix (set it, "" for
+	// none), or a CEL expression.
+	Username PrefixedClaimOrExpression `json:"username"`
+
+	// Groups are the user's groups: a claim with a prefix, or a CEL
+	// expression.
+	// +optional
+	Groups PrefixedClaimOrExpression `json:"groups,omitempty"`
+
+	// UID is the user's uid: a claim or a CEL expression.
+	// +optional
+	UID ClaimOrExpression `json:"uid,omitempty"`
+
+	// Extra are the user's extra attributes, each from a CEL expression.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Extra []ExtraMapping `json:"extra,omitempty"`
+}
+
+// PrefixedClaimOrExpression is a claim with a prefix, or a CEL expression.
+type PrefixedClaimOrExpression struct {
+	// Claim is the claim whose value is taken.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Claim string `json:"claim,omitempty"`
+
+	// Prefix is put in front of the claim's value, so that names cannot
+	// clash with other authenticators'; it must be set with claim ("" for
+	// none).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Prefix *string `json:"prefix,omitempty"`
+
+	// Expression is a CEL expression over claims.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Expression string `json:"expression,omitempty"`
+}
+
+// ClaimOrExpression is a claim, or a CEL expression.
+type ClaimOrExpression struct {
+	// Claim is the claim whose value is taken.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Claim string `json:"claim,omitempty"`
+
+	// Expression is a CEL expression over claims.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Expression string `json:"expression,omitempty"`
+}
+
+// ExtraMapping is one extra attribute of the user.
+type ExtraMapping struct {
+	// Key is the attribute's name, a lowercase domain-prefixed path
+	// (example.org/team).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+
+	// ValueExpression is a CEL expression over claims that gives the
+	// attribute's value, a string or a list of strings.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	ValueExpression string `json:"valueExpression"`
+}
+
+// UserValidationRule is a CEL expression over the user a token maps to
+// (user.username, user.groups) that must be true.
+type UserValidationRule struct {
+	// Expression must be true for the token to be accepted.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Expression string `json:"expression"`
+
+	// Message is the error a token gets when expression is false.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // ServiceAccountSpec configures ServiceAccount tokens.

@@ -137,6 +137,10 @@ const (
 	// ReasonReferenceMissing: a Secret or ConfigMap the spec names, or one
 	// of its keys, does not exist.
 	ReasonReferenceMissing = "ReferenceMissing"
+	// ReasonReferenceInvalid: a key of a Secret or ConfigMap the spec
+	// names does not hold what it must (an issuer's CA that is not PEM
+	// certificates).
+	ReasonReferenceInvalid = "ReferenceInvalid"
 	// ReasonEtcdDatastore: the platform's etcd datastore that holds the
 	// tenant's etcd servers cannot be used: its Secret is malformed, or
 	// the spec's servers are only partly on it.

@@ -170,8 +170,11 @@ func StandIns(c *apiserver.Completed) (apiserver.Material, apiserver.Environment
 		m.PKI.EtcdClient, m.PKI.EtcdCA = nil, nil // the user's Secret, stood in for below
 	}
 	var env apiserver.Environment
-	if o := c.Spec.Authentication.OIDC; o != nil && o.CAConfigMapName != "" {
-		env.OIDCCA = t.oidcCA
+	for _, ref := range apiserver.IssuerCARefs(&c.Spec) {
+		if env.IssuerCAs == nil {
+			env.IssuerCAs = map[string][]byte{}
+		}
+		env.IssuerCAs[ref.Key()] = t.oidcCA
 	}
 	if e := c.Spec.Encryption; e != nil && e.Provider != "" {
 		provider, resources := apiserver.EncryptionTarget(e)

@@ -77,7 +77,7 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 	if err != nil {
 		return err
 	}
-	env.OIDCCA, env.ImageRepository, env.EtcdDialerImage = nil, opts.ImageRepository, opts.EtcdDialerImage
+	env.IssuerCAs, env.ImageRepository, env.EtcdDialerImage = nil, opts.ImageRepository, opts.EtcdDialerImage
 	env.KonnectivityServerImage, env.KonnectivityAgentImage = opts.KonnectivityServerImage, opts.KonnectivityAgentImage
 	desired, err := apiserver.Desired(c, m, env)
 	if err != nil {
