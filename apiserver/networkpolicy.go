@@ -170,17 +170,34 @@ func networkPolicyWarnings(spec *v1alpha1.ApiServerConfigSpec, etcd *EtcdPlaceme
 				a, port))
 		}
 	}
+	type issuer struct{ name, url string }
+	var issuers []issuer
 	if o := spec.Authentication.OIDC; o != nil {
-		if u, err := url.Parse(o.IssuerURL); err == nil {
-			port := int64(443)
-			if p := u.Port(); p != "" {
-				port, err = strconv.ParseInt(p, 10, 32)
-			}
-			if err == nil && egressRuleForPort(np.Egress, int32(port)) < 0 {
-				warnings = append(warnings, fmt.Sprintf(
-					"spec.networkPolicy: no rule of spec.networkPolicy.egress reaches TCP port %d, where the OIDC issuer %s serves: the apiservers cannot fetch its keys, and refuse its tokens",
-					port, o.IssuerURL))
-			}
+		issuers = append(issuers, issuer{"the OIDC issuer " + o.IssuerURL, o.IssuerURL})
+	}
+	for i, j := range spec.Authentication.JWT {
+		if j.Issuer.EgressSelectorType == "cluster" {
+			continue // called through the konnectivity tunnel
+		}
+		u := j.Issuer.URL
+		if d := j.Issuer.DiscoveryURL; d != nil {
+			u = *d
+		}
+		issuers = append(issuers, issuer{fmt.Sprintf("the issuer of spec.authentication.jwt[%d] (%s)", i, u), u})
+	}
+	for _, is := range issuers {
+		u, err := url.Parse(is.url)
+		if err != nil {
+			continue
+		}
+		port := int64(443)
+		if p := u.Port(); p != "" {
+			port, err = strconv.ParseInt(p, 10, 32)
+		}
+		if err == nil && egressRuleForPort(np.Egress, int32(port)) < 0 {
+			warnings = append(warnings, fmt.Sprintf(
+				"spec.networkPolicy: no rule of spec.networkPolicy.egress reaches TCP port %d, where %s serves: the apiservers cannot fetch its keys, and refuse its tokens",
+				port, is.name))
 		}
 	}
 	return warnings

@@ -53,6 +53,7 @@ func Validate(cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
 
 	errs = append(errs, validateExtraArgs(spec.ExtraArgs, v, catalog, specPath.Child("extraArgs"), &warnings)...)
 	errs = append(errs, validateAuditWebhook(spec, specPath.Child("extraArgs"))...)
+	errs = append(errs, validateAuthentication(spec, v, catalog, specPath.Child("authentication"))...)
 	errs = append(errs, validatePolicy(cfg, spec, catalog)...)
 	errs = append(errs, validateMaintenance(spec.Maintenance, specPath.Child("maintenance"))...)
 	errs = append(errs, validateKonnectivity(spec, specPath, &warnings)...)
@@ -132,6 +133,30 @@ func validateAuditWebhook(spec *v1alpha1.ApiServerConfigSpec, path *field.Path) 
 		if a.Name == "audit-webhook-batch-initial-backoff" {
 			errs = append(errs, field.Forbidden(path.Index(i).Child("name"),
 				"--audit-webhook-batch-initial-backoff is the deprecated name of --audit-webhook-initial-backoff, which the operator sets from spec.audit.webhook.initialBackoff: set it there only"))
+		}
+	}
+	return errs
+}
+
+// validateAuthentication refuses what the authentication configuration
+// file cannot carry: jwt and anonymousPaths in a version that reads no
+// such file, and an issuer to be called through the konnectivity tunnel of
+// a tenant that has none (upstream would dial it directly without a word).
+func validateAuthentication(spec *v1alpha1.ApiServerConfigSpec, v *utilversion.Version, catalog *Catalog, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if !FlagSupported("authentication-config", v, catalog) {
+		const why = "needs kube-apiserver's --authentication-config, which %s does not have: use spec.authentication.oidc, or a version from v1.34 on"
+		if len(spec.Authentication.JWT) > 0 {
+			errs = append(errs, field.Forbidden(path.Child("jwt"), fmt.Sprintf(why, spec.Version)))
+		}
+		if len(spec.Authentication.AnonymousPaths) > 0 {
+			errs = append(errs, field.Forbidden(path.Child("anonymousPaths"), fmt.Sprintf(why, spec.Version)))
+		}
+	}
+	for i, j := range spec.Authentication.JWT {
+		if j.Issuer.EgressSelectorType == "cluster" && spec.Konnectivity == nil {
+			errs = append(errs, field.Invalid(path.Child("jwt").Index(i).Child("issuer", "egressSelectorType"), j.Issuer.EgressSelectorType,
+				"the issuer would be called through the konnectivity tunnel into the tenant's nodes, and the tenant has none: set spec.konnectivity, or leave egressSelectorType unset to call the issuer from the apiserver pods"))
 		}
 	}
 	return errs

@@ -233,6 +233,57 @@ func pluginOrigin(c *apiserver.Completed, msg string) *flagOrigin {
 	return nil
 }
 
+// authFileField finds the field of the authentication configuration an
+// error of upstream's loader is about ("jwt[1].claimValidationRules[0].expression:
+// Invalid value: ...").
+var authFileField = regexp.MustCompile(`(?:^|[\s\[:"])jwt\[(\d+)\]((?:\.[A-Za-z]+(?:\[\d+\])?)*)`)
+
+// authenticationField is the spec field that holds the field of the
+// authentication configuration msg is about: jwt[i] of the file is
+// spec.authentication.oidc when the spec has one (rendered first), else
+// spec.authentication.jwt's, whose fields have upstream's names but for
+// the CA, read from issuer.certificateAuthorityRef. Nil when msg names no
+// authenticator of the spec.
+func authenticationField(c *apiserver.Completed, msg string) *field.Path {
+	m := authFileField.FindStringSubmatch(msg)
+	if m == nil {
+		return nil
+	}
+	i, err := strconv.Atoi(m[1])
+	if err != nil {
+		return nil
+	}
+	a := field.NewPath("spec", "authentication")
+	if c.Spec.Authentication.OIDC != nil {
+		if i == 0 {
+			return a.Child("oidc")
+		}
+		i--
+	}
+	if i >= len(c.Spec.Authentication.JWT) {
+		return nil
+	}
+	p := a.Child("jwt").Index(i)
+	for _, part := range strings.Split(strings.TrimPrefix(m[2], "."), ".") {
+		if part == "" {
+			continue
+		}
+		name, index, indexed := strings.Cut(strings.TrimSuffix(part, "]"), "[")
+		if name == "certificateAuthority" {
+			name = "certificateAuthorityRef"
+		}
+		p = p.Child(name)
+		if indexed {
+			n, err := strconv.Atoi(index)
+			if err != nil {
+				return p
+			}
+			p = p.Index(n)
+		}
+	}
+	return p
+}
+
 // problemError reports a problem at the field of the flag it concerns
 // (the best ranked, when it concerns several; among equals, the one whose
 // value the message quotes at most length: "batch", a word of many
@@ -274,6 +325,16 @@ func problemError(c *apiserver.Completed, p validatorpool.Problem) *field.Error 
 	}
 	if best == nil {
 		return nil
+	}
+	if rendered && best.path.String() == "spec.authentication" {
+		// Upstream's loader names the field of the file: the spec's field
+		// of the same name holds it.
+		if f := authenticationField(c, p.Message); f != nil {
+			if leaf, value, ok := leafOf(c, f, p.Message); ok {
+				return field.Invalid(leaf, value, msg)
+			}
+			return field.Invalid(f, field.OmitValueType{}, msg)
+		}
 	}
 	if rendered {
 		// The value the message quotes leads to the leaf that holds it.

@@ -65,6 +65,33 @@ func extraArgs(args ...string) func(*v1alpha1.ApiServerConfig) {
 	}
 }
 
+// jwt gives the spec two JWT issuers (the second with its CA from a
+// Secret, with CEL mappings and rules), then applies mutate.
+func jwt(mutate func(*v1alpha1.ApiServerConfig)) func(*v1alpha1.ApiServerConfig) {
+	return func(c *v1alpha1.ApiServerConfig) {
+		c.Spec.Authentication.JWT = []v1alpha1.JWTAuthenticator{{
+			Issuer: v1alpha1.JWTIssuer{URL: "https://a.example.com", Audiences: []string{"tenant"}},
+			ClaimMappings: v1alpha1.ClaimMappings{
+				Username: v1alpha1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("a:")},
+				Groups:   v1alpha1.PrefixedClaimOrExpression{Claim: "groups", Prefix: ptr.To("a:")},
+			},
+		}, {
+			Issuer: v1alpha1.JWTIssuer{URL: "https://b.example.com/realm", Audiences: []string{"tenant", "other"}, AudienceMatchPolicy: "MatchAny",
+				CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{SecretName: "b-ca", Key: "ca.crt"}},
+			ClaimValidationRules: []v1alpha1.ClaimValidationRule{{Expression: `claims.tier == "gold"`, Message: "gold tier only"}},
+			ClaimMappings: v1alpha1.ClaimMappings{
+				Username: v1alpha1.PrefixedClaimOrExpression{Expression: `'b:' + claims.sub`},
+				UID:      v1alpha1.ClaimOrExpression{Claim: "sub"},
+				Extra:    []v1alpha1.ExtraMapping{{Key: "example.com/tier", ValueExpression: "claims.tier"}},
+			},
+			UserValidationRules: []v1alpha1.UserValidationRule{{Expression: `!user.username.startsWith('system:')`, Message: "no system users"}},
+		}}
+		if mutate != nil {
+			mutate(c)
+		}
+	}
+}
+
 // TestAdmission_KubeAPIServerJudges: specs the catalogs let through but
 // kube-apiserver v1.37.1 would refuse at start are refused at admission,
 // by its own code, at the field that produced the offending flag; valid
@@ -155,6 +182,29 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		{name: "an issuer URL equal to the service-account issuer", mutate: func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://kubernetes.default.svc.cluster.local", ClientID: "k"}
 		}, field: "spec.authentication.serviceAccount.issuers", message: "must not overlap with disallowed issuers"},
+
+		// JWT authenticators, judged by upstream's loader (CEL compiled
+		// there) and placed at the spec field of the file's field.
+		{name: "two JWT issuers with CEL mappings and rules", mutate: jwt(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://issuer.example.com", ClientID: "k", CAConfigMapName: "ca"}
+			c.Spec.Authentication.AnonymousPaths = []string{"/.well-known/openid-configuration", "/openid/v1/jwks"}
+		})},
+		{name: "a CEL claim rule that does not compile", mutate: jwt(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://issuer.example.com", ClientID: "k"}
+			c.Spec.Authentication.JWT[1].ClaimValidationRules[0].Expression = "claims.tier =="
+		}), field: "spec.authentication.jwt[1].claimValidationRules[0].expression", message: "compilation failed"},
+		{name: "a user rule naming an undeclared variable", mutate: jwt(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.JWT[1].UserValidationRules[0].Expression = "users.username != 'root'"
+		}), field: "spec.authentication.jwt[1].userValidationRules[0].expression", message: "undeclared reference to 'users'"},
+		{name: "a claim without its prefix", mutate: jwt(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.JWT[1].ClaimMappings.Groups = v1alpha1.PrefixedClaimOrExpression{Claim: "groups"}
+		}), field: "spec.authentication.jwt[1].claimMappings.groups.prefix", message: "Required value"},
+		{name: "the same issuer twice", mutate: jwt(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.JWT[1].Issuer.URL = c.Spec.Authentication.JWT[0].Issuer.URL
+		}), field: "spec.authentication.jwt[1].issuer.url", message: "Duplicate value"},
+		{name: "two audiences without a match policy", mutate: jwt(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.JWT[0].Issuer.Audiences = []string{"a", "b"}
+		}), field: "spec.authentication.jwt[0].issuer.audienceMatchPolicy", message: "audienceMatchPolicy must be MatchAny for multiple audiences"},
 
 		// The audit webhook: its kubeconfig is read at start (a stand-in
 		// here), its settings judged by upstream.

@@ -426,6 +426,14 @@ type given struct {
 // values it quotes. It reads the message as the pod would print it:
 // nothing in the name of the stand-in directory may point at a flag.
 func (g given) attribute(err error) problem {
+	p, _ := g.attributeByValue(err)
+	return p
+}
+
+// attributeByValue is attribute, and whether only quoted values found the
+// flags: the weakest sign, since short values ("true", "false") turn up
+// in messages about other things.
+func (g given) attributeByValue(err error) (problem, bool) {
 	msg := err.Error()
 	if g.root != "" {
 		msg = strings.ReplaceAll(msg, g.root, "")
@@ -443,6 +451,7 @@ func (g given) attribute(err error) problem {
 			}
 		}
 	}
+	byValue := false
 	if len(flags) == 0 {
 		// The message quotes a flag's value: "unknown api groups
 		// foo.example.com/v1", "service IP family "fd00::/108" ...".
@@ -450,24 +459,37 @@ func (g given) attribute(err error) problem {
 			for _, part := range strings.FieldsFunc(value, func(r rune) bool { return strings.ContainsRune(",[]= ", r) }) {
 				if len(part) >= 4 && strings.Contains(msg, part) && !slices.Contains(flags, name) {
 					flags = append(flags, name)
+					byValue = true
 				}
 			}
 		}
 	}
 	sort.Strings(flags)
-	return problem{Flags: slices.Compact(flags), Message: err.Error()}
+	return problem{Flags: slices.Compact(flags), Message: err.Error()}, byValue
 }
 
 // attributeTo is attribute, with flags known from the stage that failed
-// when the message names none.
+// when the message names none. When only quoted values found flags, those
+// of the stage among them are kept, or the stage's when none is: a CEL
+// error of the authentication configuration quotes "true" and "false",
+// values of unrelated flags.
 func (g given) attributeTo(err error, stageFlags ...string) problem {
-	p := g.attribute(err)
-	if len(p.Flags) == 0 {
-		for _, f := range stageFlags {
-			if _, ok := g.values[f]; ok {
-				p.Flags = append(p.Flags, f)
-			}
+	p, byValue := g.attributeByValue(err)
+	var stage []string
+	for _, f := range stageFlags {
+		if _, ok := g.values[f]; ok {
+			stage = append(stage, f)
 		}
+	}
+	switch {
+	case len(p.Flags) == 0:
+		p.Flags = stage
+	case byValue && len(stage) > 0:
+		kept := slices.DeleteFunc(slices.Clone(p.Flags), func(f string) bool { return !slices.Contains(stage, f) })
+		if len(kept) == 0 {
+			kept = stage
+		}
+		p.Flags = kept
 	}
 	return p
 }
