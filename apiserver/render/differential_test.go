@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/utils/ptr"
@@ -111,6 +113,9 @@ func checkOne(opts Options, exact validatorpool.Validator, gen *generator, seed 
 			return fmt.Sprintf("seed %d: admission could not judge:\n%s\n%v", seed, manifest, err)
 		}
 		refused.Add(1)
+		if f := misplacedAuthentication(err); f != "" {
+			return fmt.Sprintf("seed %d: refused for its authentication configuration at %s, outside spec.authentication:\n%s\n%v", seed, f, manifest, err)
+		}
 		return checkCatalogRefusal(opts, exact, cfg, seed, manifest)
 	}
 	admitted.Add(1)
@@ -128,6 +133,23 @@ func checkOne(opts Options, exact validatorpool.Validator, gen *generator, seed 
 	}
 	if len(res.Problems) > 0 {
 		return fmt.Sprintf("seed %d: admitted, but kube-apiserver %s refuses its rendering: %v\n%s", seed, res.Version, res.Problems, manifest)
+	}
+	return ""
+}
+
+// misplacedAuthentication is the field of a refusal of upstream's
+// authentication configuration loader that is not under
+// spec.authentication, where everything the file holds comes from; "" when
+// there is none.
+func misplacedAuthentication(err error) string {
+	var status *apierrors.StatusError
+	if !errors.As(err, &status) || status.ErrStatus.Details == nil {
+		return ""
+	}
+	for _, cause := range status.ErrStatus.Details.Causes {
+		if strings.Contains(cause.Message, "authentication configuration") && !strings.HasPrefix(cause.Field, "spec.authentication") {
+			return cause.Field
+		}
 	}
 	return ""
 }
@@ -387,6 +409,9 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 		}
 		s.Audit.Webhook = w
 	}
+	if coin(20) {
+		g.jwt(r, &s)
+	}
 	if coin(15) {
 		modes := [][]v1alpha1.AuthorizationMode{{"Node", "RBAC"}, {"RBAC"}, {"Node"}, {"AlwaysDeny", "RBAC"}, {"RBAC", "AlwaysAllow"}}
 		s.Authorization.Modes = modes[r.IntN(len(modes))]
@@ -395,6 +420,76 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ApiServerConfig"},
 		ObjectMeta: metav1.ObjectMeta{Name: "fuzz", Namespace: "fuzz"},
 		Spec:       s,
+	}
+}
+
+// jwt gives s one to three JWT issuers drawn from right and wrong
+// values: URLs upstream refuses (a query, http, the ServiceAccount
+// issuer, one issuer twice), CEL expressions that do not compile or give
+// the wrong type, claims without their prefix, several audiences without
+// a match policy, extra keys that are not domain-prefixed, and anonymous
+// paths (refused by the CRD with anonymous on).
+func (g *generator) jwt(r *rand.Rand, s *v1alpha1.ApiServerConfigSpec) {
+	coin := func(p int) bool { return r.IntN(100) < p }
+	pick := func(vs []string) string { return vs[r.IntN(len(vs))] }
+	urls := []string{"https://a.example.com", "https://b.example.com/realm", "https://c.example.com:8443",
+		"https://a.example.com?q=1", "http://d.example.com", "https://kubernetes.default.svc.cluster.local"}
+	claimRules := []string{`claims.tier == "gold"`, `has(claims.email_verified) && claims.email_verified`, `claims.tier ==`, `claims.sub`, `user.username == "x"`}
+	usernames := []string{`claims.sub`, `'b:' + claims.sub`, `claims.exp > 0`, `claims.email`, `claims.sub +`}
+	values := []string{`claims.tier`, `'gold'`, `claims.groups`, `1`, `claims.`}
+	userRules := []string{`!user.username.startsWith('system:')`, `user.groups.all(g, g != 'system:masters')`, `users.username != ''`, `user.username`}
+	for range 1 + r.IntN(3) {
+		j := v1alpha1.JWTAuthenticator{Issuer: v1alpha1.JWTIssuer{URL: pick(urls), Audiences: []string{"tenant"}}}
+		if coin(20) {
+			j.Issuer.Audiences = append(j.Issuer.Audiences, "other")
+			if coin(70) {
+				j.Issuer.AudienceMatchPolicy = "MatchAny"
+			}
+		}
+		if coin(15) {
+			j.Issuer.DiscoveryURL = ptr.To(pick([]string{"https://dex.idp.svc/.well-known/openid-configuration", j.Issuer.URL}))
+		}
+		if coin(20) {
+			j.Issuer.CertificateAuthorityRef = &v1alpha1.CertificateAuthorityRef{ConfigMapName: "issuer-ca", Key: "ca.crt"}
+		}
+		if coin(10) {
+			j.Issuer.EgressSelectorType = pick([]string{"controlplane", "cluster"})
+		}
+		if coin(60) {
+			j.ClaimMappings.Username = v1alpha1.PrefixedClaimOrExpression{Claim: pick([]string{"sub", "email"})}
+			if coin(85) {
+				j.ClaimMappings.Username.Prefix = ptr.To(pick([]string{"", "oidc:"}))
+			}
+		} else {
+			j.ClaimMappings.Username = v1alpha1.PrefixedClaimOrExpression{Expression: pick(usernames)}
+		}
+		if coin(40) {
+			j.ClaimMappings.Groups = v1alpha1.PrefixedClaimOrExpression{Claim: "groups"}
+			if coin(85) {
+				j.ClaimMappings.Groups.Prefix = ptr.To("oidc:")
+			}
+		}
+		if coin(20) {
+			j.ClaimMappings.UID = v1alpha1.ClaimOrExpression{Claim: "sub"}
+		}
+		if coin(25) {
+			j.ClaimMappings.Extra = []v1alpha1.ExtraMapping{{Key: pick([]string{"example.com/tier", "Example.com/Tier", "tier"}), ValueExpression: pick(values)}}
+		}
+		if coin(40) {
+			rule := v1alpha1.ClaimValidationRule{Expression: pick(claimRules), Message: "refused by a rule"}
+			if coin(20) {
+				rule = v1alpha1.ClaimValidationRule{Claim: "hd", RequiredValue: "example.com"}
+			}
+			j.ClaimValidationRules = append(j.ClaimValidationRules, rule)
+		}
+		if coin(30) {
+			j.UserValidationRules = append(j.UserValidationRules, v1alpha1.UserValidationRule{Expression: pick(userRules)})
+		}
+		s.Authentication.JWT = append(s.Authentication.JWT, j)
+	}
+	if coin(20) {
+		s.Authentication.AnonymousPaths = []string{pick([]string{"/openid/v1/jwks", "/.well-known/openid-configuration", "/version"})}
+		s.Authentication.Anonymous = ptr.To(coin(20))
 	}
 }
 
