@@ -181,6 +181,8 @@ type booted struct {
 	material apiserver.Material
 	admin    *pki.KeyPair
 	etcdUser string
+	// process is kube-apiserver's.
+	process *exec.Cmd
 }
 
 // konnectivityServer is the konnectivity server as boot started it.
@@ -199,7 +201,7 @@ type konnectivityServer struct {
 // then is, as the operator renders such a tenant.
 func boot(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, etcdUser string) *booted {
 	t.Helper()
-	return bootPod(t, dir, cfg, etcdCA, etcdClient, etcdUser, nil, "boot-0")
+	return bootPod(t, dir, cfg, apiserver.Environment{}, etcdCA, etcdClient, etcdUser, nil, "boot-0")
 }
 
 // bootReplica runs another apiserver of the tenant first is: cfg is its
@@ -208,10 +210,12 @@ func boot(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdC
 // server's ID).
 func bootReplica(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, first *booted, podName string) *booted {
 	t.Helper()
-	return bootPod(t, dir, cfg, etcdCA, etcdClient, first.etcdUser, first, podName)
+	return bootPod(t, dir, cfg, apiserver.Environment{}, etcdCA, etcdClient, first.etcdUser, first, podName)
 }
 
-func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, etcdClient *pki.KeyPair, etcdUser string, first *booted, podName string) *booted {
+// bootPod is boot and bootReplica, rendering with env: what the operator
+// read besides the spec, such as the CAs of the JWT issuers.
+func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, env apiserver.Environment, etcdCA, etcdClient *pki.KeyPair, etcdUser string, first *booted, podName string) *booted {
 	t.Helper()
 	now := time.Now()
 	if errs, _ := apiserver.Validate(cfg); len(errs) > 0 {
@@ -260,7 +264,7 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, et
 		}
 	}
 	ca, encryptionKeys := material.PKI.CA, material.Encryption.Keys
-	objs := must(apiserver.Desired(c, material, apiserver.Environment{}))
+	objs := must(apiserver.Desired(c, material, env))
 	rendered := slices.Clone(objs.Args)
 	args := objs.Args
 	// The user's etcd client Secret.
@@ -329,7 +333,7 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, et
 		a = strings.ReplaceAll(a, ",/etc/kubernetes/", ","+root("/etc/kubernetes")+"/")
 		args[i] = strings.ReplaceAll(a, "=/var/log/kubernetes/", "="+root("/var/log/kubernetes")+"/")
 	}
-	start(t, dir, "kube-apiserver", args...)
+	process := start(t, dir, "kube-apiserver", args...)
 
 	// What kubelet's probes see: the health endpoints answer without
 	// credentials although anonymous access is off.
@@ -376,7 +380,7 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, etcdCA, et
 	restConfig.QPS, restConfig.Burst = -1, 0
 	cs := must(kubernetes.NewForConfig(restConfig))
 	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed, args: rendered,
-		ca: ca, konnectivity: konnectivity, material: material, admin: admin, etcdUser: etcdUser}
+		ca: ca, konnectivity: konnectivity, material: material, admin: admin, etcdUser: etcdUser, process: process}
 }
 
 func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
