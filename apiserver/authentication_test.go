@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 // withJWT is the minimal sample with an OIDC issuer whose CA is in a
 // ConfigMap, and two JWT issuers, the second with its CA in a Secret.
 func withJWT(t *testing.T) *v1alpha1.ApiServerConfig {
+	t.Helper()
 	cfg := sample(t, "minimal")
 	cfg.Spec.Authentication.OIDC = &v1alpha1.OIDCSpec{IssuerURL: "https://legacy.example.com", ClientID: "kube", UsernameClaim: "sub", CAConfigMapName: "legacy-ca"}
 	cfg.Spec.Authentication.JWT = []v1alpha1.JWTAuthenticator{{
@@ -149,7 +151,7 @@ func TestConfigHash_ReloadsJWTButRollsForWhatKubeAPIServerReadsAtStart(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := authenticationStartPart(c, authn); string(got) != string(authn) {
+	if got := authenticationStartPart(c, authn); !bytes.Equal(got, authn) {
 		t.Errorf("without jwt the start part is not the whole file:\n%s\nwant\n%s", got, authn)
 	}
 	// With jwt, the start part is byte for byte the file of the same
@@ -159,7 +161,7 @@ func TestConfigHash_ReloadsJWTButRollsForWhatKubeAPIServerReadsAtStart(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := authenticationStartPart(withC, full); string(got) != string(authn) {
+	if got := authenticationStartPart(withC, full); !bytes.Equal(got, authn) {
 		t.Errorf("the start part of the file with jwt:\n%s\nwant the file without jwt:\n%s", got, authn)
 	}
 	if !strings.Contains(string(full), "https://b.example.com") {

@@ -2,6 +2,11 @@ package apiserver
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
@@ -26,6 +31,10 @@ type Reference struct {
 	// PEM says that Keys hold PEM certificates (an issuer's CA): the
 	// operator checks that they parse before it writes them anywhere.
 	PEM bool
+	// Kubeconfig says that Keys hold a webhook's kubeconfig, which the
+	// operator checks with CheckWebhookKubeconfig before the pods mount
+	// it.
+	Kubeconfig bool
 }
 
 // Key names the reference's first key in its object, "Kind/name/key":
@@ -74,13 +83,13 @@ func References(spec *v1alpha1.ApiServerConfigSpec) []Reference {
 	}
 	refs = append(refs, IssuerCARefs(spec)...)
 	if w := spec.Authorization.Webhook; w != nil {
-		refs = append(refs, Reference{Kind: KindSecret, Name: w.KubeconfigSecretName, Field: "spec.authorization.webhook.kubeconfigSecretName", Keys: []string{"kubeconfig"}})
+		refs = append(refs, Reference{Kind: KindSecret, Name: w.KubeconfigSecretName, Field: "spec.authorization.webhook.kubeconfigSecretName", Keys: []string{"kubeconfig"}, Kubeconfig: true})
 	}
 	if name := spec.Audit.PolicyConfigMapName; name != "" {
 		refs = append(refs, Reference{Kind: KindConfigMap, Name: name, Field: "spec.audit.policyConfigMapName", Keys: []string{"policy.yaml"}})
 	}
 	if w := spec.Audit.Webhook; w != nil {
-		refs = append(refs, Reference{Kind: KindSecret, Name: w.KubeconfigSecretName, Field: "spec.audit.webhook.kubeconfigSecretName", Keys: []string{"kubeconfig"}})
+		refs = append(refs, Reference{Kind: KindSecret, Name: w.KubeconfigSecretName, Field: "spec.audit.webhook.kubeconfigSecretName", Keys: []string{"kubeconfig"}, Kubeconfig: true})
 	}
 	if e := spec.Encryption; e != nil && e.ConfigSecretName != "" {
 		refs = append(refs, Reference{Kind: KindSecret, Name: e.ConfigSecretName, Field: "spec.encryption.configSecretName", Keys: []string{EncryptionConfigKey}})
@@ -107,4 +116,50 @@ func dedupe(keys ...string) []string {
 		}
 	}
 	return out
+}
+
+// CheckWebhookKubeconfig refuses a webhook kubeconfig that would make
+// kube-apiserver do more than call a server with the credentials written
+// in it: a command to run (exec), an auth-provider plugin, or a file to
+// read. kube-apiserver reads files in its own pod, where the tenant's
+// keys are: a tokenFile naming the ServiceAccount signing key would send
+// it to the webhook as a bearer token. Certificates, keys and tokens must
+// be inline (certificate-authority-data, client-certificate-data,
+// client-key-data, token).
+func CheckWebhookKubeconfig(data []byte) error {
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return fmt.Errorf("it is not a kubeconfig: %w", err)
+	}
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(cfg.Clusters)) {
+		if c := cfg.Clusters[name]; c.CertificateAuthority != "" {
+			problems = append(problems, fmt.Sprintf("cluster %q reads certificate-authority from a file: use certificate-authority-data", name))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.AuthInfos)) {
+		u := cfg.AuthInfos[name]
+		for _, f := range []struct {
+			set            bool
+			field, instead string
+		}{
+			{u.ClientCertificate != "", "client-certificate", "client-certificate-data"},
+			{u.ClientKey != "", "client-key", "client-key-data"},
+			{u.TokenFile != "", "tokenFile", "token"},
+		} {
+			if f.set {
+				problems = append(problems, fmt.Sprintf("user %q reads %s from a file: use %s", name, f.field, f.instead))
+			}
+		}
+		if u.Exec != nil {
+			problems = append(problems, fmt.Sprintf("user %q runs a command (exec): give a token or a client certificate inline", name))
+		}
+		if u.AuthProvider != nil {
+			problems = append(problems, fmt.Sprintf("user %q uses the auth-provider plugin %q: give a token or a client certificate inline", name, u.AuthProvider.Name))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("kube-apiserver would read files of its pod or run commands for it, which tenants may not make it do: %s", strings.Join(problems, "; "))
+	}
+	return nil
 }

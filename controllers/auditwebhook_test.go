@@ -10,7 +10,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
@@ -49,6 +51,24 @@ func TestApiServerConfigReconciler_AuditWebhookKubeconfigIsAReference(t *testing
 		t.Fatal(err)
 	}
 	waitMissing("Secret " + ns + "/audit-webhook named by spec.audit.webhook.kubeconfigSecretName has no key kubeconfig")
+
+	// A kubeconfig that would make kube-apiserver send a file of its pod
+	// (the ServiceAccount signing key) to the webhook as a token.
+	secret.Data = map[string][]byte{"kubeconfig": []byte("apiVersion: v1\nkind: Config\nusers:\n- name: x\n  user: {tokenFile: " + apiserver.ServiceAccountSigningKeyFile + "}\n")}
+	if err := env.Client.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a kubeconfig reading a file of the pod is refused", func() error {
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		c := conditionOf(got, v1alpha1.ConditionStalled)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonReferenceInvalid || !strings.Contains(c.Message, `user "x" reads tokenFile from a file: use token`) {
+			return fmt.Errorf("Stalled is %v", c)
+		}
+		return nil
+	})
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the Deployment of a tenant whose webhook kubeconfig is refused: %v, want none", err)
+	}
 
 	secret.Data = map[string][]byte{"kubeconfig": []byte("apiVersion: v1\nkind: Config\n# first\n")}
 	if err := env.Client.Update(ctx, secret); err != nil {

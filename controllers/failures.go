@@ -74,18 +74,19 @@ func (e *missingReference) Error() string {
 }
 
 // invalidReference is a key of a user's object that holds something the
-// pods could not use: an issuer's CA that is not PEM certificates, which
-// kube-apiserver would refuse to start with.
+// pods may not be given: an issuer's CA that is not PEM certificates,
+// which kube-apiserver would refuse to start with, or a webhook
+// kubeconfig that reads files or runs commands.
 type invalidReference struct {
 	ref       apiserver.Reference
 	namespace string
 	key       string
-	err       error
+	// err says what is wrong with the key and what to do.
+	err error
 }
 
 func (e *invalidReference) Error() string {
-	return fmt.Sprintf("%s %s/%s named by %s: key %s holds no PEM certificate (%v): put the issuer's CA certificates there, PEM encoded",
-		e.ref.Kind, e.namespace, e.ref.Name, e.ref.Field, e.key, e.err)
+	return fmt.Sprintf("%s %s/%s named by %s: key %s: %v", e.ref.Kind, e.namespace, e.ref.Name, e.ref.Field, e.key, e.err)
 }
 
 // imagePullReasons are the waiting reasons of a container whose image

@@ -78,7 +78,7 @@ func TestApiServerConfigReconciler_JWTIssuersAreReloadedWithoutARoll(t *testing.
 		t.Fatal(err)
 	}
 	// Every object is there; the Secret's key is not a CA.
-	held(v1alpha1.ReasonReferenceInvalid, "Secret "+ns+"/a-ca named by spec.authentication.jwt[0].issuer.certificateAuthorityRef: key ca.crt holds no PEM certificate", true)
+	held(v1alpha1.ReasonReferenceInvalid, "Secret "+ns+"/a-ca named by spec.authentication.jwt[0].issuer.certificateAuthorityRef: key ca.crt: holds no PEM certificate", true)
 
 	aCA := pem("a-1")
 	secret.Data["ca.crt"] = []byte(aCA)

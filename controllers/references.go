@@ -106,12 +106,27 @@ func readReferences(ctx context.Context, reader client.Reader, cfg *v1alpha1.Api
 			return nil, &missingReference{ref: ref, namespace: cfg.Namespace, keys: missing}
 		}
 		for _, k := range ref.Keys {
-			if _, err := certutil.ParseCertsPEM(value(k)); ref.PEM && err != nil {
+			if err := checkKey(ref, value(k)); err != nil {
 				return nil, &invalidReference{ref: ref, namespace: cfg.Namespace, key: k, err: err}
 			}
 		}
 	}
 	return refs, nil
+}
+
+// checkKey refuses what ref's keys may not hold: an issuer's CA that is
+// not PEM certificates, a webhook kubeconfig that reads files of the pod
+// or runs commands.
+func checkKey(ref apiserver.Reference, data []byte) error {
+	if ref.PEM {
+		if _, err := certutil.ParseCertsPEM(data); err != nil {
+			return fmt.Errorf("holds no PEM certificate (%w): put the issuer's CA certificates there, PEM encoded", err)
+		}
+	}
+	if ref.Kubeconfig {
+		return apiserver.CheckWebhookKubeconfig(data)
+	}
+	return nil
 }
 
 // Get serves the objects read by readReferences; any other is not found.
