@@ -1,9 +1,12 @@
 package apiserver
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -258,4 +261,79 @@ func EgressSelectorConfig(c *Completed) ([]byte, error) {
 		return nil, fmt.Errorf("rendering the egress selector configuration: %w", err)
 	}
 	return out, nil
+}
+
+// usesAuthorizers reports whether authorization comes from an
+// AuthorizationConfiguration (spec.authorization.authorizers) rather than
+// from --authorization-mode.
+func usesAuthorizers(c *Completed) bool {
+	return len(c.Spec.Authorization.Authorizers) > 0
+}
+
+// WebhookKubeconfigKey is the key, in the authorization Secret, of the
+// kubeconfig of the webhook authorizer name whose content is kubeconfig:
+// its hash is part of the name, so that a new kubeconfig changes the
+// configuration that names it, which is what makes kube-apiserver load
+// the chain again (it does not watch the kubeconfigs themselves).
+func WebhookKubeconfigKey(name string, kubeconfig []byte) string {
+	sum := sha256.Sum256(kubeconfig)
+	return fmt.Sprintf("%s-%s.kubeconfig", name, hex.EncodeToString(sum[:])[:12])
+}
+
+// AuthorizationConfig renders the AuthorizationConfiguration of
+// spec.authorization.authorizers and the kubeconfigs of its webhooks,
+// keyed as the authorization Secret holds them. kubeconfig gives the
+// content of the key kubeconfig of a Secret the spec names (nil when it
+// is not known).
+func AuthorizationConfig(c *Completed, kubeconfig func(secretName string) []byte) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	cfg := apiserverv1.AuthorizationConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "AuthorizationConfiguration"},
+	}
+	for _, a := range c.Spec.Authorization.Authorizers {
+		out := apiserverv1.AuthorizerConfiguration{Type: string(a.Type), Name: a.Name}
+		if w := a.Webhook; w != nil {
+			data := kubeconfig(w.KubeconfigSecretName)
+			key := WebhookKubeconfigKey(a.Name, data)
+			files[key] = data
+			out.Webhook = &apiserverv1.WebhookConfiguration{
+				Timeout:                                  ptr.Deref(w.Timeout, metav1.Duration{Duration: 3 * time.Second}),
+				FailurePolicy:                            orDefault(w.FailurePolicy, "Deny"),
+				AuthorizedTTL:                            ptr.Deref(w.AuthorizedTTL, metav1.Duration{Duration: 5 * time.Minute}),
+				UnauthorizedTTL:                          ptr.Deref(w.UnauthorizedTTL, metav1.Duration{Duration: 30 * time.Second}),
+				CacheAuthorizedRequests:                  w.CacheAuthorizedRequests,
+				CacheUnauthorizedRequests:                w.CacheUnauthorizedRequests,
+				SubjectAccessReviewVersion:               "v1",
+				MatchConditionSubjectAccessReviewVersion: "v1",
+				ConnectionInfo: apiserverv1.WebhookConnectionInfo{
+					Type:           apiserverv1.AuthorizationWebhookConnectionInfoTypeKubeConfigFile,
+					KubeConfigFile: ptr.To(AuthorizationDir + "/" + key),
+				},
+			}
+			for _, m := range w.MatchConditions {
+				out.Webhook.MatchConditions = append(out.Webhook.MatchConditions, apiserverv1.WebhookMatchCondition{Expression: m.Expression})
+			}
+		}
+		cfg.Authorizers = append(cfg.Authorizers, out)
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the authorization configuration: %w", err)
+	}
+	files[AuthorizationConfigKey] = data
+	return files, nil
+}
+
+// authorizersBuiltAtStart are the authorizers of the chain kube-apiserver
+// builds only when it starts (Node's graph, RBAC's informers): a reload
+// that adds one of them is refused, so that adding or removing one rolls
+// the pods (ConfigHash), while webhooks come and go by reload.
+func authorizersBuiltAtStart(c *Completed) []string {
+	var out []string
+	for _, t := range []v1alpha1.AuthorizerType{"Node", "RBAC"} {
+		if slices.ContainsFunc(c.Spec.Authorization.Authorizers, func(a v1alpha1.Authorizer) bool { return a.Type == t }) {
+			out = append(out, string(t))
+		}
+	}
+	return out
 }

@@ -53,6 +53,9 @@ func ConfigHash(c *Completed, args []string, files map[string][]byte) string {
 	for _, f := range []string{EtcdCAFile, EtcdCertFile, EtcdKeyFile} {
 		hashed[f] = true
 	}
+	if usesAuthorizers(c) {
+		_, _ = fmt.Fprintf(h, "authorizers built at start %s\n", strings.Join(authorizersBuiltAtStart(c), ","))
+	}
 	names := slices.Sorted(maps.Keys(hashed))
 	for _, name := range names {
 		data := files[name]

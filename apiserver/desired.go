@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -65,7 +66,11 @@ type Objects struct {
 	// operator manages encryption (Encryption, the same object).
 	Secrets    []*corev1.Secret
 	Encryption *corev1.Secret
-	Deployment *appsv1.Deployment
+	// Authorization is the Secret of spec.authorization.authorizers'
+	// configuration and webhook kubeconfigs (also in Secrets); nil
+	// without authorizers: one the operator made is deleted.
+	Authorization *corev1.Secret
+	Deployment    *appsv1.Deployment
 	// PodDisruptionBudget is nil when the tenant has none (one apiserver
 	// or none): one that exists is deleted.
 	PodDisruptionBudget *policyv1.PodDisruptionBudget
@@ -78,6 +83,30 @@ type Objects struct {
 	// KonnectivityAgent publishes the agents' manifests for the tenant;
 	// nil without spec.konnectivity: one the operator made is deleted.
 	KonnectivityAgent *corev1.ConfigMap
+}
+
+// desiredAuthorizationSecret holds the AuthorizationConfiguration of
+// spec.authorization.authorizers and the kubeconfigs of its webhooks,
+// copied from the users' Secrets that referenced finds: one object, so
+// that kubelet updates the configuration and the files it names at once
+// (kube-apiserver does not try again a configuration whose kubeconfig
+// was missing when it read it).
+func desiredAuthorizationSecret(c *Completed, referenced ObjectData) (*corev1.Secret, error) {
+	files, err := AuthorizationConfig(c, func(name string) []byte {
+		if referenced == nil {
+			return nil
+		}
+		return referenced(KindSecret, name)["kubeconfig"]
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: objectMeta(c, AuthorizationSecretName(c.Name)),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       files,
+	}, nil
 }
 
 // data finds the data of the objects the pods mount: the operator's own,
@@ -118,6 +147,12 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 	}
 	if o.Secrets, err = desiredPKISecrets(c, m.PKI); err != nil {
 		return nil, err
+	}
+	if usesAuthorizers(c) {
+		if o.Authorization, err = desiredAuthorizationSecret(c, env.Referenced); err != nil {
+			return nil, err
+		}
+		o.Secrets = append(o.Secrets, o.Authorization)
 	}
 	if e := m.Encryption; e != nil {
 		if o.Encryption, err = desiredEncryptionSecret(c, e.Keys, e.State); err != nil {

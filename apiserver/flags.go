@@ -173,6 +173,11 @@ func managedFlags(c *Completed) []managedFlag {
 	if usesAdmissionConfig(c) {
 		add("admission-control-config-file", "spec.admission.eventRateLimit", AdmissionConfigFile)
 	}
+	if usesAuthorizers(c) {
+		// In --authorization-mode's place: kube-apiserver refuses both.
+		i := slices.IndexFunc(f, func(m managedFlag) bool { return m.name == "authorization-mode" })
+		f[i] = managedFlag{"authorization-config", []string{AuthorizationConfigFile}, "spec.authorization.authorizers"}
+	}
 	if usesKonnectivity(c) {
 		// The konnectivity agents' name: a certificate of the
 		// konnectivity CA, which kube-apiserver reloads from its files as

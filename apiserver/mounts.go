@@ -3,6 +3,7 @@ package apiserver
 import (
 	"maps"
 	"path"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,10 @@ type MountedObject struct {
 	// Files then lists those kube-apiserver reads.
 	WholeObject bool
 	Files       []MountedFile
+	// Named: every key of the object besides Files is a file too, read
+	// by kube-apiserver because one of Files names it (the kubeconfigs
+	// of the authorization webhooks). WholeObject only.
+	Named bool
 }
 
 // MountedFile is one key of a MountedObject and where it lands.
@@ -53,6 +58,7 @@ var podVolumeDirs = []struct {
 	{"authz-webhook", path.Dir(AuthorizationWebhookKubeconfigFile), false},
 	{"audit-webhook", path.Dir(AuditWebhookKubeconfigFile), false},
 	{"oidc-ca", path.Dir(OIDCCAFile), false},
+	{"authorization", AuthorizationDir, false},
 	// With spec.konnectivity only: the server's socket, and its own
 	// files, which only its container mounts (konnectivityServer).
 	{konnectivitySocketVolume, KonnectivityDir, false},
@@ -113,6 +119,12 @@ func MountedObjects(c *Completed) []MountedObject {
 	if w := c.Spec.Authorization.Webhook; w != nil {
 		out = append(out, MountedObject{Volume: "authz-webhook", Kind: KindSecret, Name: w.KubeconfigSecretName,
 			Files: []MountedFile{file("kubeconfig", AuthorizationWebhookKubeconfigFile)}})
+	}
+	if usesAuthorizers(c) {
+		// Reloaded by kube-apiserver with the kubeconfigs it names, in
+		// the same Secret: kubelet updates them at once.
+		out = append(out, MountedObject{Volume: "authorization", Kind: KindSecret, Name: AuthorizationSecretName(n), Owned: true, WholeObject: true, Named: true,
+			Files: []MountedFile{reloaded(AuthorizationConfigKey, AuthorizationConfigFile)}})
 	}
 	if w := c.Spec.Audit.Webhook; w != nil {
 		// Read once, when kube-apiserver builds its audit backend.
@@ -184,8 +196,25 @@ func PodFiles(c *Completed, data ObjectData) map[string][]byte {
 		for _, f := range o.Files {
 			files[f.Path] = d[f.Key]
 		}
+		if o.Named {
+			for key, v := range d {
+				if !slices.ContainsFunc(o.Files, func(f MountedFile) bool { return f.Key == key }) {
+					files[volumeDir(o.Volume)+"/"+key] = v
+				}
+			}
+		}
 	}
 	return files
+}
+
+// volumeDir is where the pod volume name is mounted.
+func volumeDir(name string) string {
+	for _, v := range podVolumeDirs {
+		if v.name == name {
+			return v.dir
+		}
+	}
+	return ""
 }
 
 // restartFiles are the paths of the files kube-apiserver reads only when
@@ -230,6 +259,9 @@ func podVolumes(c *Completed) ([]corev1.Volume, []corev1.VolumeMount) {
 			source.Projected = projected
 		case objects[0].Kind == KindSecret:
 			source.Secret = &corev1.SecretVolumeSource{SecretName: objects[0].Name, Items: items(objects[0], v.dir)}
+			if objects[0].WholeObject {
+				source.Secret.DefaultMode = ptr.To[int32](0o400)
+			}
 		default:
 			source.ConfigMap = &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: objects[0].Name}, Items: items(objects[0], v.dir)}

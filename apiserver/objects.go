@@ -63,6 +63,7 @@ func EncryptionSecretName(name string) string       { return name + "-encryption
 func ConfigMapName(name string) string              { return name + "-apiserver-config" }
 func DeploymentName(name string) string             { return name + "-apiserver" }
 func EtcdUserSecretName(name string) string         { return name + "-etcd-user" }
+func AuthorizationSecretName(name string) string    { return name + "-authorization" }
 
 // Owned is an object the operator creates for an ApiServerConfig.
 type Owned struct {
@@ -123,6 +124,8 @@ func OwnedSecrets(name string) []OwnedSecret {
 		{Name: KonnectivityClientSecretName(name), Keys: ca},
 		{Name: KonnectivityAPIServerSecretName(name), Keys: tls},
 		{Name: KonnectivityCASecretName(name), Keys: tls},
+		// Only with spec.authorization.authorizers.
+		{Name: AuthorizationSecretName(name), Keys: []string{AuthorizationConfigKey}},
 		{Name: EncryptionSecretName(name), Keys: []string{EncryptionConfigKey, EncryptionKeysKey}, Retainable: true},
 		{Name: CASecretName(name), Keys: ca, Retainable: true},
 		{Name: FrontProxyCASecretName(name), Keys: ca, Retainable: true},
@@ -157,6 +160,9 @@ const (
 	// AuthenticationConfigKey, AuditPolicyKey, AdmissionConfigKey and
 	// EgressSelectorConfigKey are the files of the operator's ConfigMap.
 	AuthenticationConfigKey = "authentication-config.yaml"
+	// AuthorizationConfigKey is the AuthorizationConfiguration in the
+	// authorization Secret.
+	AuthorizationConfigKey  = "authorization-config.yaml"
 	AuditPolicyKey          = "audit-policy.yaml"
 	AdmissionConfigKey      = "admission-config.yaml"
 	EgressSelectorConfigKey = "egress-selector.yaml"

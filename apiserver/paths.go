@@ -56,6 +56,12 @@ const (
 	// AuthorizationWebhookKubeconfigFile tells how to reach the
 	// authorization webhook.
 	AuthorizationWebhookKubeconfigFile = "/etc/kubernetes/authz-webhook/kubeconfig"
+	// AuthorizationDir holds the AuthorizationConfiguration of
+	// spec.authorization.authorizers and the kubeconfigs of its webhooks,
+	// from one Secret, which kubelet updates all at once.
+	AuthorizationDir = "/etc/kubernetes/authorization"
+	// AuthorizationConfigFile is the AuthorizationConfiguration.
+	AuthorizationConfigFile = AuthorizationDir + "/" + AuthorizationConfigKey
 	// AuditWebhookKubeconfigFile tells how to reach the audit webhook.
 	AuditWebhookKubeconfigFile = "/etc/kubernetes/audit-webhook/kubeconfig"
 

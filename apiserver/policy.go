@@ -26,7 +26,15 @@ const AllowAlwaysAllowAnnotation = "controlplane.apiserver-operator.dev/insecure
 func validatePolicy(cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.ApiServerConfigSpec, catalog *Catalog) field.ErrorList {
 	specPath := field.NewPath("spec")
 	var errs field.ErrorList
-	errs = append(errs, authorizationPolicy(cfg, spec.Authorization.Modes, specPath.Child("authorization", "modes"))...)
+	if as := spec.Authorization.Authorizers; len(as) > 0 {
+		types := make([]v1alpha1.AuthorizationMode, 0, len(as))
+		for _, a := range as {
+			types = append(types, v1alpha1.AuthorizationMode(a.Type))
+		}
+		errs = append(errs, authorizationPolicy(cfg, types, specPath.Child("authorization", "authorizers"), ".type")...)
+	} else {
+		errs = append(errs, authorizationPolicy(cfg, spec.Authorization.Modes, specPath.Child("authorization", "modes"), "")...)
+	}
 	for i, p := range spec.Admission.EnablePlugins {
 		if p == "AlwaysDeny" {
 			errs = append(errs, field.Invalid(specPath.Child("admission", "enablePlugins").Index(i), p,
@@ -48,15 +56,22 @@ func validatePolicy(cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.ApiServerConfi
 	return errs
 }
 
-// authorizationPolicy refuses modes that leave the tenant open to
-// everyone, or that deny the anonymous requests of kubelet's probes on
-// /livez and /readyz (RBAC allows them through system:public-info-viewer),
-// so that the pods would never become Ready.
-func authorizationPolicy(cfg *v1alpha1.ApiServerConfig, modes []v1alpha1.AuthorizationMode, path *field.Path) field.ErrorList {
+// authorizationPolicy refuses modes (or the types of the authorizers'
+// chain, each at path[i]+leaf) that leave the tenant open to everyone, or
+// that deny the anonymous requests of kubelet's probes on /livez and
+// /readyz (RBAC allows them through system:public-info-viewer), so that
+// the pods would never become Ready.
+func authorizationPolicy(cfg *v1alpha1.ApiServerConfig, modes []v1alpha1.AuthorizationMode, path *field.Path, leaf string) field.ErrorList {
 	alwaysAllowOK := cfg.Annotations[AllowAlwaysAllowAnnotation] == "true"
+	at := func(i int) *field.Path {
+		if leaf == "" {
+			return path.Index(i)
+		}
+		return path.Index(i).Child(strings.TrimPrefix(leaf, "."))
+	}
 	var errs field.ErrorList
 	if i := slices.Index(modes, "AlwaysAllow"); i >= 0 && !alwaysAllowOK {
-		errs = append(errs, field.Forbidden(path.Index(i), fmt.Sprintf(
+		errs = append(errs, field.Forbidden(at(i), fmt.Sprintf(
 			"AlwaysAllow authorizes every request, anonymous ones included (CIS 1.2.6): leave it out, or annotate the object with %s=true for a throwaway test tenant", AllowAlwaysAllowAnnotation)))
 	}
 	// Modes are asked in order; Node and Webhook have no opinion on the
@@ -66,12 +81,12 @@ func authorizationPolicy(cfg *v1alpha1.ApiServerConfig, modes []v1alpha1.Authori
 		case "RBAC", "AlwaysAllow":
 			return errs
 		case "AlwaysDeny":
-			return append(errs, field.Invalid(path.Index(i), m,
+			return append(errs, field.Invalid(at(i), m,
 				"AlwaysDeny before RBAC refuses every request, kubelet's probes of /livez and /readyz included: the pods would never become Ready"))
 		}
 	}
 	return append(errs, field.Invalid(path, modes,
-		"modes must include RBAC: without it nothing authorizes kubelet's anonymous probes of /livez and /readyz, and the pods never become Ready"))
+		fmt.Sprintf("%s must include RBAC: without it nothing authorizes kubelet's anonymous probes of /livez and /readyz, and the pods never become Ready", path.String())))
 }
 
 // encryptionResourcePolicy refuses a resource that kube-apiserver would

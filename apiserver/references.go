@@ -85,6 +85,12 @@ func References(spec *v1alpha1.ApiServerConfigSpec) []Reference {
 	if w := spec.Authorization.Webhook; w != nil {
 		refs = append(refs, Reference{Kind: KindSecret, Name: w.KubeconfigSecretName, Field: "spec.authorization.webhook.kubeconfigSecretName", Keys: []string{"kubeconfig"}, Kubeconfig: true})
 	}
+	for i, a := range spec.Authorization.Authorizers {
+		if w := a.Webhook; w != nil {
+			refs = append(refs, Reference{Kind: KindSecret, Name: w.KubeconfigSecretName, Field: fmt.Sprintf("spec.authorization.authorizers[%d].webhook.kubeconfigSecretName", i),
+				Keys: []string{"kubeconfig"}, Kubeconfig: true})
+		}
+	}
 	if name := spec.Audit.PolicyConfigMapName; name != "" {
 		refs = append(refs, Reference{Kind: KindConfigMap, Name: name, Field: "spec.audit.policyConfigMapName", Keys: []string{"policy.yaml"}})
 	}

@@ -298,6 +298,16 @@ func widestSpecs() []*Completed {
 			panic(fmt.Sprintf("completing the widest spec: %v", err))
 		}
 		out = append(out, c)
+		if version == "v1.23.0" {
+			continue
+		}
+		// The authorization chain instead of modes and webhook.
+		chained := cfg.DeepCopy()
+		chained.Spec.Authorization = v1alpha1.AuthorizationSpec{Authorizers: []v1alpha1.Authorizer{{Type: "RBAC", Name: "rbac"}}}
+		if c, err = Complete(chained, Inputs{}); err != nil {
+			panic(fmt.Sprintf("completing the widest spec: %v", err))
+		}
+		out = append(out, c)
 	}
 	return out
 }

@@ -170,6 +170,13 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 			}
 		}
 	}
+	// Without spec.authorization.authorizers, the Secret of the chain goes
+	// once no pod mounts it: it holds copies of the webhooks' credentials.
+	if len(p.c.Spec.Authorization.Authorizers) == 0 && p.templateKept && p.rolledOut {
+		if err := r.deleteIfOwned(ctx, p.cfg, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.AuthorizationSecretName(p.cfg.Name)}}); err != nil {
+			return err
+		}
+	}
 	return r.observeRollout(ctx, p)
 }
 

@@ -930,8 +930,10 @@ type ServiceAccountSpec struct {
 type AuthorizationMode string
 
 // AuthorizationSpec configures authorization.
+// +kubebuilder:validation:XValidation:rule="!has(self.authorizers) || size(self.authorizers) == 0 || ((!has(self.modes) || self.modes == ['Node', 'RBAC']) && !has(self.webhook))",message="authorizers replaces modes and webhook: leave modes at its default and webhook unset"
 type AuthorizationSpec struct {
-	// Modes are the authorizers, in order (--authorization-mode).
+	// Modes are the authorizers, in order (--authorization-mode). Left at
+	// its default when authorizers is set.
 	// +kubebuilder:default={"Node","RBAC"}
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=5
@@ -939,9 +941,109 @@ type AuthorizationSpec struct {
 	// +optional
 	Modes []AuthorizationMode `json:"modes,omitempty"`
 
-	// Webhook configures the Webhook authorizer.
+	// Webhook configures the Webhook authorizer of modes.
 	// +optional
 	Webhook *AuthorizationWebhookSpec `json:"webhook,omitempty"`
+
+	// Authorizers, when set, replace modes and webhook: kube-apiserver's
+	// AuthorizationConfiguration, a chain asked in order, in which
+	// webhooks may be several, each with its own timeout, failure policy,
+	// caching and CEL matchConditions that choose the requests it is asked
+	// about. The bundled kube-apiserver's own loader judges the chain at
+	// admission (matchConditions compiled there). Changes of the webhooks
+	// reach the running apiservers through kube-apiserver's reload, without
+	// a restart; adding or removing Node or RBAC restarts them, one at a
+	// time, since kube-apiserver builds those only at start.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Authorizers []Authorizer `json:"authorizers,omitempty"`
+}
+
+// AuthorizerType is the kind of an authorizer of the chain.
+// +kubebuilder:validation:Enum=Node;RBAC;Webhook;AlwaysAllow;AlwaysDeny
+type AuthorizerType string
+
+// Authorizer is one link of the authorization chain.
+// +kubebuilder:validation:XValidation:rule="(self.type == 'Webhook') == has(self.webhook)",message="webhook is set for, and only for, type Webhook"
+type Authorizer struct {
+	// Type is Node, RBAC, Webhook, AlwaysAllow or AlwaysDeny.
+	Type AuthorizerType `json:"type"`
+
+	// Name names the authorizer in kube-apiserver's metrics and audit
+	// annotations: a DNS label, unique in the chain.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Webhook configures an authorizer of type Webhook.
+	// +optional
+	Webhook *AuthorizerWebhook `json:"webhook,omitempty"`
+}
+
+// AuthorizerWebhook is a webhook of the authorization chain, asked with
+// authorization.k8s.io/v1 SubjectAccessReviews.
+type AuthorizerWebhook struct {
+	// KubeconfigSecretName names a Secret of the tenant's namespace, key
+	// kubeconfig, that tells how to reach the webhook. Its credentials must
+	// be inline: no exec, auth-provider or file paths. A new kubeconfig is
+	// taken up by kube-apiserver's reload.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	KubeconfigSecretName string `json:"kubeconfigSecretName"`
+
+	// Timeout of a call, from 1s to 30s.
+	// +kubebuilder:default="3s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// FailurePolicy says what a call that fails (or a matchCondition that
+	// fails to evaluate) decides: NoOpinion, to ask the next authorizer,
+	// or Deny.
+	// +kubebuilder:default=Deny
+	// +kubebuilder:validation:Enum=NoOpinion;Deny
+	// +optional
+	FailurePolicy string `json:"failurePolicy,omitempty"`
+
+	// AuthorizedTTL is how long an allow is cached (5m when unset).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	AuthorizedTTL *metav1.Duration `json:"authorizedTTL,omitempty"`
+
+	// UnauthorizedTTL is how long a deny is cached (30s when unset).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	UnauthorizedTTL *metav1.Duration `json:"unauthorizedTTL,omitempty"`
+
+	// CacheAuthorizedRequests caches allows (true when unset).
+	// +optional
+	CacheAuthorizedRequests *bool `json:"cacheAuthorizedRequests,omitempty"`
+
+	// CacheUnauthorizedRequests caches denies (true when unset).
+	// +optional
+	CacheUnauthorizedRequests *bool `json:"cacheUnauthorizedRequests,omitempty"`
+
+	// MatchConditions choose the requests the webhook is asked about: CEL
+	// expressions over request (a SubjectAccessReviewSpec), all of which
+	// must be true; a request that fails one goes to the next authorizer.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	MatchConditions []AuthorizerMatchCondition `json:"matchConditions,omitempty"`
+}
+
+// AuthorizerMatchCondition is a CEL expression over a SubjectAccessReview's
+// spec, as request (request.resourceAttributes.namespace, request.user).
+type AuthorizerMatchCondition struct {
+	// Expression must be true for the webhook to be asked.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Expression string `json:"expression"`
 }
 
 // AuthorizationWebhookSpec configures the Webhook authorizer.

@@ -233,44 +233,81 @@ func pluginOrigin(c *apiserver.Completed, msg string) *flagOrigin {
 	return nil
 }
 
-// authFileField finds the field of the authentication configuration an
-// error of upstream's loader is about ("jwt[1].claimValidationRules[0].expression:
-// Invalid value: ...").
-var authFileField = regexp.MustCompile(`(?:^|[\s\[:"])jwt\[(\d+)\]((?:\.[A-Za-z]+(?:\[\d+\])?)*)`)
+// fileField finds the field of a configuration file an error of
+// upstream's loader is about ("jwt[1].claimValidationRules[0].expression:
+// Invalid value: ...", "authorizers[2].webhook.matchConditions[0].expression").
+var fileField = regexp.MustCompile(`(?:^|[\s\[:"])(jwt|authorizers)\[(\d+)\]((?:\.[A-Za-z]+(?:\[\d+\])?)*)`)
 
-// authenticationField is the spec field that holds the field of the
-// authentication configuration msg is about: jwt[i] of the file is
-// spec.authentication.oidc when the spec has one (rendered first), else
-// spec.authentication.jwt's, whose fields have upstream's names but for
-// the CA, read from issuer.certificateAuthorityRef. Nil when msg names no
-// authenticator of the spec.
-func authenticationField(c *apiserver.Completed, msg string) *field.Path {
-	m := authFileField.FindStringSubmatch(msg)
+// webhookFields are the fields of an authorization webhook.
+var webhookFields = map[string]bool{
+	"timeout": true, "failurePolicy": true, "authorizedTTL": true, "unauthorizedTTL": true,
+	"cacheAuthorizedRequests": true, "cacheUnauthorizedRequests": true, "matchConditions": true,
+	"connectionInfo": true, "subjectAccessReviewVersion": true, "matchConditionSubjectAccessReviewVersion": true,
+}
+
+// configFileField is the spec field that holds the field of a rendered
+// configuration file msg is about, for the spec field origin the file's
+// flag comes from; nil when msg names no entry of the spec.
+//
+// The authentication configuration's jwt[i] is spec.authentication.oidc
+// when the spec has one (rendered first), else spec.authentication.jwt's,
+// whose fields have upstream's names but for the CA, read from
+// issuer.certificateAuthorityRef. The authorization configuration's
+// authorizers[i] is spec.authorization.authorizers[i], whose webhook's
+// connection is its kubeconfigSecretName and whose SubjectAccessReview
+// versions the operator sets.
+func configFileField(c *apiserver.Completed, origin, msg string) *field.Path {
+	m := fileField.FindStringSubmatch(msg)
 	if m == nil {
 		return nil
 	}
-	i, err := strconv.Atoi(m[1])
+	i, err := strconv.Atoi(m[2])
 	if err != nil {
 		return nil
 	}
-	a := field.NewPath("spec", "authentication")
-	if c.Spec.Authentication.OIDC != nil {
-		if i == 0 {
-			return a.Child("oidc")
+	var p *field.Path
+	renamed := map[string]string{}
+	switch {
+	case m[1] == "jwt" && origin == "spec.authentication":
+		a := field.NewPath("spec", "authentication")
+		if c.Spec.Authentication.OIDC != nil {
+			if i == 0 {
+				return a.Child("oidc")
+			}
+			i--
 		}
-		i--
-	}
-	if i >= len(c.Spec.Authentication.JWT) {
+		if i >= len(c.Spec.Authentication.JWT) {
+			return nil
+		}
+		p = a.Child("jwt").Index(i)
+		renamed["certificateAuthority"] = "certificateAuthorityRef"
+	case m[1] == "authorizers" && origin == "spec.authorization.authorizers":
+		if i >= len(c.Spec.Authorization.Authorizers) {
+			return nil
+		}
+		p = field.NewPath("spec", "authorization", "authorizers").Index(i)
+		// Upstream names a webhook's fields under the authorizer itself
+		// ("authorizers[2].timeout").
+		if next, _, _ := strings.Cut(strings.TrimPrefix(m[3], "."), "."); webhookFields[strings.Split(next, "[")[0]] {
+			p = p.Child("webhook")
+		}
+		renamed["connectionInfo"] = "kubeconfigSecretName"
+		renamed["subjectAccessReviewVersion"] = ""
+		renamed["matchConditionSubjectAccessReviewVersion"] = ""
+	default:
 		return nil
 	}
-	p := a.Child("jwt").Index(i)
-	for _, part := range strings.Split(strings.TrimPrefix(m[2], "."), ".") {
+	for _, part := range strings.Split(strings.TrimPrefix(m[3], "."), ".") {
 		if part == "" {
 			continue
 		}
 		name, index, indexed := strings.Cut(strings.TrimSuffix(part, "]"), "[")
-		if name == "certificateAuthority" {
-			name = "certificateAuthorityRef"
+		if to, ok := renamed[name]; ok {
+			if to == "" {
+				return p // set by the operator: the field above it
+			}
+			p = p.Child(to)
+			return p // what lies under it is the operator's
 		}
 		p = p.Child(name)
 		if indexed {
@@ -326,10 +363,10 @@ func problemError(c *apiserver.Completed, p validatorpool.Problem) *field.Error 
 	if best == nil {
 		return nil
 	}
-	if rendered && best.path.String() == "spec.authentication" {
-		// Upstream's loader names the field of the file: the spec's field
+	if rendered {
+		// Upstream's loaders name the field of the file: the spec's field
 		// of the same name holds it.
-		if f := authenticationField(c, p.Message); f != nil {
+		if f := configFileField(c, best.path.String(), p.Message); f != nil {
 			if leaf, value, ok := leafOf(c, f, p.Message); ok {
 				return field.Invalid(leaf, value, msg)
 			}

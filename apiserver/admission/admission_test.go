@@ -92,6 +92,27 @@ func jwt(mutate func(*v1alpha1.ApiServerConfig)) func(*v1alpha1.ApiServerConfig)
 	}
 }
 
+// authorizers gives the spec a chain of Node, RBAC and two webhooks, each
+// asked only about requests its matchConditions select, then applies
+// mutate.
+func authorizers(mutate func(*v1alpha1.ApiServerConfig)) func(*v1alpha1.ApiServerConfig) {
+	return func(c *v1alpha1.ApiServerConfig) {
+		c.Spec.Authorization.Authorizers = []v1alpha1.Authorizer{
+			{Type: "Node", Name: "node"},
+			{Type: "RBAC", Name: "rbac"},
+			{Type: "Webhook", Name: "payments", Webhook: &v1alpha1.AuthorizerWebhook{KubeconfigSecretName: "payments-authz",
+				Timeout: &metav1.Duration{Duration: 2 * time.Second}, FailurePolicy: "NoOpinion",
+				MatchConditions: []v1alpha1.AuthorizerMatchCondition{{Expression: "has(request.resourceAttributes) && request.resourceAttributes.namespace == 'payments'"}}}},
+			{Type: "Webhook", Name: "audit-team", Webhook: &v1alpha1.AuthorizerWebhook{KubeconfigSecretName: "audit-authz",
+				AuthorizedTTL: &metav1.Duration{Duration: time.Minute}, CacheUnauthorizedRequests: ptr.To(false),
+				MatchConditions: []v1alpha1.AuthorizerMatchCondition{{Expression: "'auditors' in request.groups"}}}},
+		}
+		if mutate != nil {
+			mutate(c)
+		}
+	}
+}
+
 // TestAdmission_KubeAPIServerJudges: specs the catalogs let through but
 // kube-apiserver v1.37.1 would refuse at start are refused at admission,
 // by its own code, at the field that produced the offending flag; valid
@@ -205,6 +226,28 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 		{name: "two audiences without a match policy", mutate: jwt(func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Authentication.JWT[0].Issuer.Audiences = []string{"a", "b"}
 		}), field: "spec.authentication.jwt[0].issuer.audienceMatchPolicy", message: "audienceMatchPolicy must be MatchAny for multiple audiences"},
+
+		// The authorization chain, judged by upstream's loader
+		// (matchConditions compiled there), placed at the spec's field.
+		{name: "a chain of two webhooks with matchConditions", mutate: authorizers(nil)},
+		{name: "a matchCondition that does not compile", mutate: authorizers(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authorization.Authorizers[2].Webhook.MatchConditions[0].Expression = "request.resourceAttributes.namespace =="
+		}), field: "spec.authorization.authorizers[2].webhook.matchConditions[0].expression", message: "compilation failed"},
+		{name: "a matchCondition that is not a boolean", mutate: authorizers(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authorization.Authorizers[3].Webhook.MatchConditions = []v1alpha1.AuthorizerMatchCondition{{Expression: "request.user"}}
+		}), field: "spec.authorization.authorizers[3].webhook.matchConditions[0].expression", message: "must evaluate to bool"},
+		{name: "a webhook timeout past upstream's 30s", mutate: authorizers(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authorization.Authorizers[2].Webhook.Timeout = &metav1.Duration{Duration: time.Minute}
+		}), field: "spec.authorization.authorizers[2].webhook.timeout", message: "must be"},
+		{name: "two authorizers of one name", mutate: authorizers(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authorization.Authorizers[3].Name = c.Spec.Authorization.Authorizers[2].Name
+		}), field: "spec.authorization.authorizers[3].name", message: "Duplicate value"},
+		{name: "a chain without RBAC", mutate: authorizers(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authorization.Authorizers = slices.Delete(c.Spec.Authorization.Authorizers, 1, 2)
+		}), field: "spec.authorization.authorizers", message: "must include RBAC"},
+		{name: "AlwaysAllow in the chain", mutate: authorizers(func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authorization.Authorizers = append(c.Spec.Authorization.Authorizers, v1alpha1.Authorizer{Type: "AlwaysAllow", Name: "open"})
+		}), field: "spec.authorization.authorizers[4].type", message: "AlwaysAllow authorizes every request"},
 
 		// The audit webhook: its kubeconfig is read at start (a stand-in
 		// here), its settings judged by upstream.

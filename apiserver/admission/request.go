@@ -176,6 +176,22 @@ func StandIns(c *apiserver.Completed) (apiserver.Material, apiserver.Environment
 		}
 		env.IssuerCAs[ref.Key()] = t.oidcCA
 	}
+	// The authorization webhooks' kubeconfigs, which the operator copies
+	// into a Secret of its own.
+	hooks := map[string]bool{}
+	for _, a := range c.Spec.Authorization.Authorizers {
+		if a.Webhook != nil {
+			hooks[a.Webhook.KubeconfigSecretName] = true
+		}
+	}
+	if len(hooks) > 0 {
+		env.Referenced = func(kind, name string) map[string][]byte {
+			if kind == apiserver.KindSecret && hooks[name] {
+				return map[string][]byte{"kubeconfig": t.authzHook}
+			}
+			return nil
+		}
+	}
 	if e := c.Spec.Encryption; e != nil && e.Provider != "" {
 		provider, resources := apiserver.EncryptionTarget(e)
 		key := t.encryption

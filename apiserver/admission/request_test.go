@@ -14,11 +14,14 @@ import (
 // Secrets true: what the builder writes, what the pods mount of the
 // operator's and what deletion, Retain and render follow are the same.
 func TestOwnedSecrets_AreWhatIsWrittenAndMounted(t *testing.T) {
-	// A tenant of a datastore, with the konnectivity server, which gets
-	// every owned Secret.
+	// A tenant of a datastore, with the konnectivity server and an
+	// authorization chain, which gets every owned Secret.
 	c, err := apiserver.Complete(tenant(func(cfg *v1alpha1.ApiServerConfig) {
 		cfg.Spec.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
 		cfg.Spec.Konnectivity = &v1alpha1.KonnectivitySpec{}
+		// A chain without webhooks: the authorization Secret then holds
+		// only its configuration.
+		cfg.Spec.Authorization.Authorizers = []v1alpha1.Authorizer{{Type: "Node", Name: "node"}, {Type: "RBAC", Name: "rbac"}}
 	}), apiserver.Inputs{EtcdUser: "apiserver-operator:ns:t"})
 	if err != nil {
 		t.Fatal(err)

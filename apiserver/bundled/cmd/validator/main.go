@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -215,10 +216,20 @@ func supplyLoopback() error {
 
 // judge runs kube-apiserver's start-up up to, and not including, serving.
 func judge(req request, root string) (problems []problem, warnings []string) {
+	// A file may name another (an authorization configuration, the
+	// kubeconfigs of its webhooks): those names move below root too, the
+	// longest first, so that one path's name is not taken for another's.
+	paths := slices.SortedFunc(maps.Keys(req.Files), func(a, b string) int { return len(b) - len(a) })
+	pairs := make([]string, 0, 2*len(paths))
+	for _, p := range paths {
+		pairs = append(pairs, p, filepath.Join(root, filepath.Clean(p)))
+	}
+	moved := strings.NewReplacer(pairs...)
 	for path, data := range req.Files {
 		if !filepath.IsAbs(path) {
 			return []problem{{Message: fmt.Sprintf("file %q: not an absolute path", path)}}, nil
 		}
+		data = []byte(moved.Replace(string(data)))
 		p := filepath.Join(root, filepath.Clean(path))
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			return []problem{{Message: fmt.Sprintf("writing file %s: %v", path, err)}}, nil
@@ -414,6 +425,18 @@ func flatten(errs []error) []error {
 
 var flagRef = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`)
 
+// fileFields are the top-level fields of the configuration files whose
+// validation errors name no flag, and the flag that names each file.
+var fileFields = map[string]string{
+	"authorizers": "authorization-config",
+	"jwt":         "authentication-config",
+	"anonymous":   "authentication-config",
+}
+
+// fileFieldRef finds a field of fileFields at the start of an error, or
+// of one of the errors a message lists.
+var fileFieldRef = regexp.MustCompile(`(?:^|[\[:] ?)(authorizers|jwt|anonymous)[\[.]`)
+
 // given are the flags of a request, each with its value as the pod sees
 // it, and the directory that stands for the pod's file system.
 type given struct {
@@ -448,6 +471,15 @@ func (g given) attributeByValue(err error) (problem, bool) {
 			// own words for it ("audit truncate webhook max batch size")
 			if mentions(msg, name) || mentions(msg, strings.ReplaceAll(name, "-", " ")) || upstreamWords(msg, name) {
 				flags = append(flags, name)
+			}
+		}
+	}
+	if len(flags) == 0 {
+		// A field of a configuration file, as upstream's validation
+		// names it ("authorizers[2].timeout: Invalid value: ...").
+		if m := fileFieldRef.FindStringSubmatch(msg); m != nil {
+			if _, ok := g.values[fileFields[m[1]]]; ok {
+				flags = append(flags, fileFields[m[1]])
 			}
 		}
 	}
