@@ -114,7 +114,7 @@ func checkOne(opts Options, exact validatorpool.Validator, gen *generator, seed 
 		}
 		refused.Add(1)
 		if f := misplacedAuthentication(err); f != "" {
-			return fmt.Sprintf("seed %d: refused for its authentication configuration at %s, outside spec.authentication:\n%s\n%v", seed, f, manifest, err)
+			return fmt.Sprintf("seed %d: refused for its authentication or authorization configuration at %s, outside the spec field that renders it:\n%s\n%v", seed, f, manifest, err)
 		}
 		return checkCatalogRefusal(opts, exact, cfg, seed, manifest)
 	}
@@ -138,9 +138,9 @@ func checkOne(opts Options, exact validatorpool.Validator, gen *generator, seed 
 }
 
 // misplacedAuthentication is the field of a refusal of upstream's
-// authentication configuration loader that is not under
-// spec.authentication, where everything the file holds comes from; "" when
-// there is none.
+// authentication or authorization configuration loaders that is not under
+// spec.authentication or spec.authorization.authorizers, where everything
+// the files hold comes from; "" when there is none.
 func misplacedAuthentication(err error) string {
 	var status *apierrors.StatusError
 	if !errors.As(err, &status) || status.ErrStatus.Details == nil {
@@ -148,6 +148,9 @@ func misplacedAuthentication(err error) string {
 	}
 	for _, cause := range status.ErrStatus.Details.Causes {
 		if strings.Contains(cause.Message, "authentication configuration") && !strings.HasPrefix(cause.Field, "spec.authentication") {
+			return cause.Field
+		}
+		if strings.Contains(cause.Message, "authorizers[") && !strings.HasPrefix(cause.Field, "spec.authorization.authorizers") {
 			return cause.Field
 		}
 	}
@@ -415,6 +418,8 @@ func (g *generator) spec(seed uint64) *v1alpha1.ApiServerConfig {
 	if coin(15) {
 		modes := [][]v1alpha1.AuthorizationMode{{"Node", "RBAC"}, {"RBAC"}, {"Node"}, {"AlwaysDeny", "RBAC"}, {"RBAC", "AlwaysAllow"}}
 		s.Authorization.Modes = modes[r.IntN(len(modes))]
+	} else if coin(15) {
+		g.authorizers(r, &s)
 	}
 	return &v1alpha1.ApiServerConfig{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ApiServerConfig"},
@@ -490,6 +495,51 @@ func (g *generator) jwt(r *rand.Rand, s *v1alpha1.ApiServerConfigSpec) {
 	if coin(20) {
 		s.Authentication.AnonymousPaths = []string{pick([]string{"/openid/v1/jwks", "/.well-known/openid-configuration", "/version"})}
 		s.Authentication.Anonymous = ptr.To(coin(20))
+	}
+}
+
+// authorizers gives s an authorization chain drawn from right and wrong
+// values: types in any order (AlwaysAllow and a chain without RBAC,
+// refused by the operator's policy), names taken twice or not DNS labels,
+// webhooks with matchConditions that do not compile or are not booleans,
+// timeouts and TTLs out of upstream's ranges, a webhook without its
+// settings or settings without a webhook (refused by the CRD).
+func (g *generator) authorizers(r *rand.Rand, s *v1alpha1.ApiServerConfigSpec) {
+	coin := func(p int) bool { return r.IntN(100) < p }
+	pick := func(vs []string) string { return vs[r.IntN(len(vs))] }
+	names := []string{"node", "rbac", "payments", "audit", "payments", "Bad_Name"}
+	matches := []string{"request.resourceAttributes.namespace == 'payments'", "'auditors' in request.groups",
+		"has(request.nonResourceAttributes)", "request.user", "request.resourceAttributes.namespace ==", "object.spec"}
+	wait := func() *metav1.Duration {
+		return &metav1.Duration{Duration: []time.Duration{0, time.Millisecond, 3 * time.Second, 30 * time.Second, time.Minute}[r.IntN(5)]}
+	}
+	for range 1 + r.IntN(4) {
+		a := v1alpha1.Authorizer{Type: v1alpha1.AuthorizerType(pick([]string{"Node", "RBAC", "Webhook", "Webhook", "AlwaysDeny", "AlwaysAllow"})), Name: pick(names)}
+		if a.Type == "Webhook" || coin(5) {
+			w := &v1alpha1.AuthorizerWebhook{KubeconfigSecretName: "authz-" + a.Name, FailurePolicy: pick([]string{"", "Deny", "NoOpinion"})}
+			if coin(30) {
+				w.Timeout = wait()
+			}
+			if coin(20) {
+				w.AuthorizedTTL = wait()
+			}
+			if coin(20) {
+				w.UnauthorizedTTL = wait()
+			}
+			if coin(20) {
+				w.CacheUnauthorizedRequests = ptr.To(coin(50))
+			}
+			for range r.IntN(3) {
+				w.MatchConditions = append(w.MatchConditions, v1alpha1.AuthorizerMatchCondition{Expression: pick(matches)})
+			}
+			if a.Type == "Webhook" || coin(50) {
+				a.Webhook = w
+			}
+		}
+		s.Authorization.Authorizers = append(s.Authorization.Authorizers, a)
+	}
+	if coin(5) {
+		s.Authorization.Modes = []v1alpha1.AuthorizationMode{"RBAC"}
 	}
 }
 
