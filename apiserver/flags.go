@@ -139,6 +139,9 @@ func managedFlags(c *Completed) []managedFlag {
 	if len(s.Serving.TLS.CipherSuites) > 0 {
 		add("tls-cipher-suites", "spec.serving.tls.cipherSuites", strings.Join(s.Serving.TLS.CipherSuites, ","))
 	}
+	if u := s.Authentication.ServiceAccount.JWKSURI; u != "" {
+		add("service-account-jwks-uri", "spec.authentication.serviceAccount.jwksURI", u)
+	}
 	if d := s.Authentication.ServiceAccount.MaxTokenExpiration; d != nil {
 		add("service-account-max-token-expiration", "spec.authentication.serviceAccount.maxTokenExpiration", d.Duration.String())
 	}

@@ -266,7 +266,7 @@ func widestSpecs() []*Completed {
 				Authentication: v1alpha1.AuthenticationSpec{
 					OIDC: &v1alpha1.OIDCSpec{IssuerURL: "https://issuer", ClientID: "c", UsernamePrefix: "p",
 						GroupsClaim: "g", GroupsPrefix: "p", CAConfigMapName: "ca"},
-					ServiceAccount: v1alpha1.ServiceAccountSpec{MaxTokenExpiration: &metav1.Duration{Duration: time.Hour}},
+					ServiceAccount: v1alpha1.ServiceAccountSpec{MaxTokenExpiration: &metav1.Duration{Duration: time.Hour}, JWKSURI: "https://keys.example.com/jwks"},
 				},
 				Authorization: v1alpha1.AuthorizationSpec{
 					Modes:   []v1alpha1.AuthorizationMode{"Webhook"},

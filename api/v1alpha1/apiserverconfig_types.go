@@ -909,6 +909,18 @@ type ServiceAccountSpec struct {
 	// +optional
 	Issuers []string `json:"issuers,omitempty"`
 
+	// JWKSURI is where systems outside the cluster (a cloud's workload
+	// identity, a vault) fetch the keys that verify ServiceAccount tokens,
+	// as the issuer's discovery document (/.well-known/openid-configuration)
+	// names it (--service-account-jwks-uri): an https URL that serves the
+	// content of /openid/v1/jwks, usually a public copy of it. Unset, the
+	// document names the apiserver's own /openid/v1/jwks. See
+	// docs/day-2.md for public discovery and for changing the issuer.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != ''",message="must be an https:// URL"
+	// +optional
+	JWKSURI string `json:"jwksURI,omitempty"`
+
 	// MaxTokenExpiration caps the lifetime of requested tokens
 	// (--service-account-max-token-expiration), between 1h and 2^32 s.
 	// +kubebuilder:validation:Type=string

@@ -227,6 +227,12 @@ func TestAdmission_KubeAPIServerJudges(t *testing.T) {
 			c.Spec.Authentication.JWT[0].Issuer.Audiences = []string{"a", "b"}
 		}), field: "spec.authentication.jwt[0].issuer.audienceMatchPolicy", message: "audienceMatchPolicy must be MatchAny for multiple audiences"},
 
+		// The ServiceAccount issuer's discovery for workload identity.
+		{name: "a JWKS URI for the issuer's discovery", mutate: func(c *v1alpha1.ApiServerConfig) {
+			c.Spec.Authentication.ServiceAccount.JWKSURI = "https://keys.example.com/tenant/jwks"
+			c.Spec.Authentication.ServiceAccount.Issuers = []string{"https://tenant.example.com", "https://kubernetes.default.svc.cluster.local"}
+		}},
+
 		// The authorization chain, judged by upstream's loader
 		// (matchConditions compiled there), placed at the spec's field.
 		{name: "a chain of two webhooks with matchConditions", mutate: authorizers(nil)},
