@@ -3,18 +3,7 @@ package boot
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/tls"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"math/big"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,68 +23,8 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/test/oidcprovider"
 )
-
-// oidcProvider is a JWT issuer: an OpenID Connect provider on 127.0.0.1
-// over HTTPS with a CA of its own, which serves its discovery document and
-// its key set, and signs tokens with its RSA key (RS256).
-type oidcProvider struct {
-	name string
-	url  string
-	ca   *pki.KeyPair
-	key  *rsa.PrivateKey
-}
-
-func newOIDCProvider(t *testing.T, name string) *oidcProvider {
-	t.Helper()
-	now := time.Now()
-	ca := must(pki.NewSelfSignedCA(name+"-ca", ecdsa, time.Hour, now))
-	serving := must(pki.NewSignedCert(ca, pki.ServingCertConfig(nil, []net.IP{net.ParseIP("127.0.0.1")}), ecdsa, time.Hour, now))
-	p := &oidcProvider{name: name, ca: ca, key: must(rsa.GenerateKey(rand.Reader, 2048))}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, map[string]any{
-			"issuer": p.url, "jwks_uri": p.url + "/keys",
-			"id_token_signing_alg_values_supported": []string{"RS256"},
-			"response_types_supported":              []string{"id_token"},
-			"subject_types_supported":               []string{"public"},
-		})
-	})
-	mux.HandleFunc("GET /keys", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, map[string]any{"keys": []map[string]string{{
-			"kty": "RSA", "alg": "RS256", "use": "sig", "kid": p.name,
-			"n": base64.RawURLEncoding.EncodeToString(p.key.N.Bytes()),
-			"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(p.key.E)).Bytes()),
-		}}})
-	})
-	srv := httptest.NewUnstartedServer(mux)
-	// The issuer URL is known before the server answers anything.
-	p.url = "https://" + srv.Listener.Addr().String()
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{serving.Cert().Raw}, PrivateKey: serving.Key()}}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	return p
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// token is a JWT of the provider for audience, valid for an hour, with
-// claims besides iss, aud, iat and exp.
-func (p *oidcProvider) token(audience string, claims map[string]any) string {
-	now := time.Now()
-	all := map[string]any{"iss": p.url, "aud": audience, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
-	for k, v := range claims {
-		all[k] = v
-	}
-	part := func(v any) string { return base64.RawURLEncoding.EncodeToString(must(json.Marshal(v))) }
-	signed := part(map[string]string{"alg": "RS256", "typ": "JWT", "kid": p.name}) + "." + part(all)
-	digest := sha256.Sum256([]byte(signed))
-	signature := must(rsa.SignPKCS1v15(nil, p.key, crypto.SHA256, digest[:]))
-	return signed + "." + base64.RawURLEncoding.EncodeToString(signature)
-}
 
 // whoAmI is the user kube-apiserver takes the bearer of token for (a
 // SelfSubjectReview), or its refusal.
@@ -135,13 +64,13 @@ func TestRenderedAPIServer_AcceptsTokensOfTwoJWTIssuersAndReloadsTheList(t *test
 	etcd, _, _ := etcdServer(t, dir, "main", etcdCA)
 	etcdClient := must(pki.NewSignedCert(etcdCA, pki.EtcdClientCertConfig(), ecdsa, time.Hour, now))
 
-	a, b, c := newOIDCProvider(t, "issuer-a"), newOIDCProvider(t, "issuer-b"), newOIDCProvider(t, "issuer-c")
+	a, b, c := oidcprovider.Listen(t, "issuer-a", "127.0.0.1:0"), oidcprovider.Listen(t, "issuer-b", "127.0.0.1:0"), oidcprovider.Listen(t, "issuer-c", "127.0.0.1:0")
 	// The users' ConfigMaps and Secrets that hold the issuers' CAs, by
 	// kind and name, and what the operator reads of them for a spec.
 	objects := map[string]map[string][]byte{
-		"ConfigMap/issuer-a-ca": {"ca.crt": a.ca.CertPEM()},
-		"Secret/issuer-b-ca":    {"ca.crt": b.ca.CertPEM()},
-		"ConfigMap/issuer-c-ca": {"bundle.pem": c.ca.CertPEM()},
+		"ConfigMap/issuer-a-ca": {"ca.crt": a.CAPEM()},
+		"Secret/issuer-b-ca":    {"ca.crt": b.CAPEM()},
+		"ConfigMap/issuer-c-ca": {"bundle.pem": c.CAPEM()},
 	}
 	issuerCAs := func(spec *v1alpha1.ApiServerConfigSpec) map[string][]byte {
 		out := map[string][]byte{}
@@ -152,7 +81,7 @@ func TestRenderedAPIServer_AcceptsTokensOfTwoJWTIssuersAndReloadsTheList(t *test
 	}
 	const audience = "tenant"
 	jwtA := v1alpha1.JWTAuthenticator{
-		Issuer: v1alpha1.JWTIssuer{URL: a.url, Audiences: []string{audience},
+		Issuer: v1alpha1.JWTIssuer{URL: a.URL(), Audiences: []string{audience},
 			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{ConfigMapName: "issuer-a-ca"}},
 		ClaimValidationRules: []v1alpha1.ClaimValidationRule{{Expression: `claims.tier == "gold"`, Message: "gold members only"}},
 		ClaimMappings: v1alpha1.ClaimMappings{
@@ -161,7 +90,7 @@ func TestRenderedAPIServer_AcceptsTokensOfTwoJWTIssuersAndReloadsTheList(t *test
 		},
 	}
 	jwtB := v1alpha1.JWTAuthenticator{
-		Issuer: v1alpha1.JWTIssuer{URL: b.url, Audiences: []string{audience},
+		Issuer: v1alpha1.JWTIssuer{URL: b.URL(), Audiences: []string{audience},
 			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{SecretName: "issuer-b-ca"}},
 		// Upstream requires email_verified to be checked where the user
 		// name is made of the email.
@@ -174,7 +103,7 @@ func TestRenderedAPIServer_AcceptsTokensOfTwoJWTIssuersAndReloadsTheList(t *test
 		},
 	}
 	jwtC := v1alpha1.JWTAuthenticator{
-		Issuer: v1alpha1.JWTIssuer{URL: c.url, Audiences: []string{audience},
+		Issuer: v1alpha1.JWTIssuer{URL: c.URL(), Audiences: []string{audience},
 			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{ConfigMapName: "issuer-c-ca", Key: "bundle.pem"}},
 		ClaimMappings: v1alpha1.ClaimMappings{Username: v1alpha1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("c:")}},
 	}
@@ -242,9 +171,9 @@ func TestRenderedAPIServer_AcceptsTokensOfTwoJWTIssuersAndReloadsTheList(t *test
 		}
 	}
 
-	tokenA := a.token(audience, map[string]any{"sub": "alice", "groups": []string{"dev", "ops"}, "tier": "gold"})
-	tokenB := b.token(audience, map[string]any{"sub": "b-123", "email": "bob@example.org", "email_verified": true, "team": "payments"})
-	tokenC := c.token(audience, map[string]any{"sub": "carol"})
+	tokenA := a.Token(audience, map[string]any{"sub": "alice", "groups": []string{"dev", "ops"}, "tier": "gold"})
+	tokenB := b.Token(audience, map[string]any{"sub": "b-123", "email": "bob@example.org", "email_verified": true, "team": "payments"})
+	tokenC := c.Token(audience, map[string]any{"sub": "carol"})
 	userA := authenticationv1.UserInfo{Username: "a:alice", Groups: []string{"a:dev", "a:ops", "system:authenticated"}}
 	userB := authenticationv1.UserInfo{Username: "b:bob@example.org", UID: "b-123", Groups: []string{"b:payments", "system:authenticated"},
 		Extra: map[string]authenticationv1.ExtraValue{"example.org/team": {"payments"}}}
@@ -255,8 +184,8 @@ func TestRenderedAPIServer_AcceptsTokensOfTwoJWTIssuersAndReloadsTheList(t *test
 	got, _ = acceptedWithin("issuer B's token", tokenB, time.Minute)
 	wantUser("issuer B's token", got, userB)
 	refused("issuer A's token of a silver member (claims.tier == \"gold\" is false)",
-		a.token(audience, map[string]any{"sub": "mallory", "groups": []string{"dev"}, "tier": "silver"}))
-	refused("issuer A's token for another audience", a.token("elsewhere", map[string]any{"sub": "alice", "tier": "gold"}))
+		a.Token(audience, map[string]any{"sub": "mallory", "groups": []string{"dev"}, "tier": "silver"}))
+	refused("issuer A's token for another audience", a.Token("elsewhere", map[string]any{"sub": "alice", "tier": "gold"}))
 	refused("issuer C's token before C is in the list", tokenC)
 
 	// The user replaces issuer B by C. The operator renders the new file,

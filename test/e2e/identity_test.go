@@ -1,0 +1,382 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/test/oidcprovider"
+)
+
+// A tenant takes its users from two JWT issuers of its spec, one with its
+// CA in a ConfigMap and one in a Secret, each token for the user its claim
+// mappings say, and refuses a token that breaks a CEL claim rule; its
+// chain Node, RBAC and a webhook asked about one namespace only lets a
+// user RBAC grants nothing read there, and forbids the rest without
+// asking the webhook. An issuer added to the running tenant is taken up
+// by kube-apiserver's reload: the same pods, never restarted, take its
+// tokens, and the pod template's config hash stays as it was.
+func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
+	host := cluster.HostIP()
+	issuerA := oidcprovider.Listen(t, "issuer-a", net.JoinHostPort(host, "0"))
+	issuerB := oidcprovider.Listen(t, "issuer-b", net.JoinHostPort(host, "0"))
+	issuerC := oidcprovider.Listen(t, "issuer-c", net.JoinHostPort(host, "0"))
+	// The webhook allows alice of issuer A in payments, and has no
+	// opinion on anything else.
+	authz := startAuthorizationWebhook(t, host, func(s authorizationv1.SubjectAccessReviewSpec) bool {
+		return s.User == "a:alice" && s.ResourceAttributes != nil && s.ResourceAttributes.Namespace == "payments"
+	})
+
+	const audience = "tenant"
+	jwtA := v1alpha1.JWTAuthenticator{
+		Issuer: v1alpha1.JWTIssuer{URL: issuerA.URL(), Audiences: []string{audience},
+			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{ConfigMapName: "issuer-a-ca"}},
+		ClaimValidationRules: []v1alpha1.ClaimValidationRule{{Expression: `claims.tier == "gold"`, Message: "gold members only"}},
+		ClaimMappings: v1alpha1.ClaimMappings{
+			Username: v1alpha1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("a:")},
+			Groups:   v1alpha1.PrefixedClaimOrExpression{Claim: "groups", Prefix: ptr.To("a:")},
+		},
+	}
+	jwtB := v1alpha1.JWTAuthenticator{
+		Issuer: v1alpha1.JWTIssuer{URL: issuerB.URL(), Audiences: []string{audience},
+			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{SecretName: "issuer-b-ca"}},
+		// Upstream requires email_verified to be checked where the user
+		// name is made of the email.
+		ClaimValidationRules: []v1alpha1.ClaimValidationRule{{Expression: "claims.email_verified == true", Message: "the email is not verified"}},
+		ClaimMappings: v1alpha1.ClaimMappings{
+			Username: v1alpha1.PrefixedClaimOrExpression{Expression: "'b:' + claims.email"},
+			Groups:   v1alpha1.PrefixedClaimOrExpression{Expression: "'b:' + claims.team"},
+			UID:      v1alpha1.ClaimOrExpression{Claim: "sub"},
+		},
+	}
+	jwtC := v1alpha1.JWTAuthenticator{
+		Issuer: v1alpha1.JWTIssuer{URL: issuerC.URL(), Audiences: []string{audience},
+			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{ConfigMapName: "issuer-c-ca", Key: "bundle.pem"}},
+		ClaimMappings: v1alpha1.ClaimMappings{Username: v1alpha1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("c:")}},
+	}
+
+	mgmt := ctrlClient(t)
+	c, cfg, admin := startTenant(t, "identity", func(cfg *v1alpha1.ApiServerConfig) {
+		// The objects the spec names, in the tenant's namespace: the
+		// issuers' CAs (C's for later) and the webhook's kubeconfig.
+		ns := cfg.Namespace
+		for _, obj := range []client.Object{
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "issuer-a-ca"}, Data: map[string]string{"ca.crt": string(issuerA.CAPEM())}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "issuer-b-ca"}, Data: map[string][]byte{"ca.crt": issuerB.CAPEM()}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "issuer-c-ca"}, Data: map[string]string{"bundle.pem": string(issuerC.CAPEM())}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments-authz"}, Data: map[string][]byte{"kubeconfig": authz.kubeconfig}},
+		} {
+			if err := mgmt.Create(context.Background(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg.Spec.Authentication.JWT = []v1alpha1.JWTAuthenticator{jwtA, jwtB}
+		cfg.Spec.Authorization.Authorizers = []v1alpha1.Authorizer{
+			{Type: "Node", Name: "node"},
+			{Type: "RBAC", Name: "rbac"},
+			{Type: "Webhook", Name: "payments", Webhook: &v1alpha1.AuthorizerWebhook{KubeconfigSecretName: "payments-authz",
+				MatchConditions: []v1alpha1.AuthorizerMatchCondition{{Expression: "has(request.resourceAttributes) && request.resourceAttributes.namespace == 'payments'"}}}},
+		}
+		// A new tenant's NetworkPolicy lets its apiservers call only etcd
+		// and DNS besides what is listed: the issuers and the webhook.
+		var ports []networkingv1.NetworkPolicyPort
+		for _, p := range []int{issuerA.Port(), issuerB.Port(), issuerC.Port(), authz.port} {
+			ports = append(ports, networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(int32(p)))})
+		}
+		cfg.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced, Egress: []networkingv1.NetworkPolicyEgressRule{{
+			To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: host + "/32"}}},
+			Ports: ports,
+		}}}
+	})
+	_, rc := tenantClient(t, c, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logApiserverPods(t, c, cfg)
+		}
+	})
+
+	tokenA := issuerA.Token(audience, map[string]any{"sub": "alice", "groups": []string{"dev", "ops"}, "tier": "gold"})
+	tokenB := issuerB.Token(audience, map[string]any{"sub": "b-123", "email": "bob@example.org", "email_verified": true, "team": "payments"})
+	tokenC := issuerC.Token(audience, map[string]any{"sub": "carol"})
+	userA := authenticationv1.UserInfo{Username: "a:alice", Groups: []string{"a:dev", "a:ops", "system:authenticated"}}
+	userB := authenticationv1.UserInfo{Username: "b:bob@example.org", UID: "b-123", Groups: []string{"b:payments", "system:authenticated"}}
+	userC := authenticationv1.UserInfo{Username: "c:carol", Groups: []string{"system:authenticated"}}
+
+	// kube-apiserver takes an issuer's tokens once its discovery has
+	// answered, which may come a moment after the pod is ready.
+	got := waitAccepted(t, rc, "issuer A's token", tokenA, time.Minute)
+	wantUser(t, "issuer A's token", got, userA)
+	got = waitAccepted(t, rc, "issuer B's token", tokenB, time.Minute)
+	wantUser(t, "issuer B's token", got, userB)
+	wantRefused(t, rc, `issuer A's token of a silver member (claims.tier == "gold" is false)`,
+		issuerA.Token(audience, map[string]any{"sub": "mallory", "groups": []string{"dev"}, "tier": "silver"}))
+	wantRefused(t, rc, "issuer C's token before C is in the list", tokenC)
+
+	// Authorization: RBAC grants alice nothing; the webhook lets her read
+	// payments and is never asked about default.
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "payments"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"payments", "default"} {
+		if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ledger"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alice := bearerClient(t, rc, tokenA)
+	if _, err := alice.CoreV1().ConfigMaps("payments").Get(ctx, "ledger", metav1.GetOptions{}); err != nil {
+		t.Errorf("alice reading a ConfigMap of payments, which the webhook allows: %v", err)
+	}
+	if _, err := alice.CoreV1().ConfigMaps("default").Get(ctx, "ledger", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("alice reading a ConfigMap of default, which nothing allows: %v, want forbidden", err)
+	}
+	if _, err := alice.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("alice listing the ConfigMaps of default: %v, want forbidden", err)
+	}
+	asked, badTokens := authz.counts()
+	if asked["payments"] == 0 || asked["default"] != 0 {
+		t.Errorf("the webhook was asked %d times about payments and %d about default, want some and none (its matchCondition)", asked["payments"], asked["default"])
+	}
+	if badTokens != 0 {
+		t.Errorf("the webhook was called %d times without its token", badTokens)
+	}
+
+	// Issuer C joins the running tenant.
+	podsBefore := podUIDs(t, c, cfg)
+	hashBefore := podTemplateConfigHash(t, c, cfg)
+	changed := time.Now()
+	updateSpec(t, c, cfg, func(s *v1alpha1.ApiServerConfigSpec) {
+		s.Authentication.JWT = []v1alpha1.JWTAuthenticator{jwtA, jwtB, jwtC}
+	})
+	// The operator rewrites the ConfigMap at once; kubelet brings it into
+	// the pods within its sync period (about a minute), and kube-apiserver
+	// reloads it within moments.
+	written := waitAuthenticationConfigNames(t, c, cfg, issuerC.URL(), time.Minute)
+	got = waitAccepted(t, rc, "issuer C's token after the change", tokenC, 4*time.Minute-time.Since(changed))
+	accepted := time.Now()
+	wantUser(t, "issuer C's token", got, userC)
+	t.Logf("Issuer C added: the operator wrote the ConfigMap after %s, the tenant took C's token %s after the change",
+		written.Sub(changed).Round(100*time.Millisecond), accepted.Sub(changed).Round(100*time.Millisecond))
+	got = waitAccepted(t, rc, "issuer A's token after the reload", tokenA, 10*time.Second)
+	wantUser(t, "issuer A's token after the reload", got, userA)
+
+	if podsAfter := podUIDs(t, c, cfg); !maps.Equal(podsAfter, podsBefore) {
+		t.Errorf("the apiserver pods (UID: restarts) went from %v to %v: adding an issuer rolled or restarted them", podsBefore, podsAfter)
+	}
+	if hashAfter := podTemplateConfigHash(t, c, cfg); hashAfter != hashBefore {
+		t.Errorf("the pod template's config hash went from %s to %s: adding an issuer rolls the pods", hashBefore, hashAfter)
+	}
+	waitReady(t, c, cfg, time.Minute)
+}
+
+// bearerClient is a client of the tenant (through the same address as
+// rc) that sends token and nothing else.
+func bearerClient(t testing.TB, rc *rest.Config, token string) *kubernetes.Clientset {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(rc)
+	cfg.BearerToken = token
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// userOf is the user the tenant takes the bearer of token for (a
+// SelfSubjectReview), or its refusal.
+func userOf(t testing.TB, rc *rest.Config, token string) (authenticationv1.UserInfo, error) {
+	t.Helper()
+	r, err := bearerClient(t, rc, token).AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return authenticationv1.UserInfo{}, err
+	}
+	return r.Status.UserInfo, nil
+}
+
+// waitAccepted waits until the tenant takes token, and says for whom.
+func waitAccepted(t testing.TB, rc *rest.Config, what, token string, within time.Duration) authenticationv1.UserInfo {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(time.Second) {
+		user, err := userOf(t, rc, token)
+		if err == nil {
+			return user
+		}
+		if time.Since(start) > within {
+			t.Fatalf("the tenant did not take %s within %s: %v", what, within.Round(time.Second), err)
+		}
+	}
+}
+
+func wantRefused(t testing.TB, rc *rest.Config, what, token string) {
+	t.Helper()
+	if user, err := userOf(t, rc, token); !apierrors.IsUnauthorized(err) {
+		t.Errorf("%s: got user %+v, error %v; want it refused (401)", what, user, err)
+	}
+}
+
+func wantUser(t testing.TB, what string, got, want authenticationv1.UserInfo) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s is user %+v, want %+v", what, got, want)
+	}
+}
+
+// podTemplateConfigHash is the config hash of the apiservers' pod
+// template: what changes when the pods must roll.
+func podTemplateConfigHash(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) string {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, d); err != nil {
+		t.Fatal(err)
+	}
+	hash := d.Spec.Template.Annotations[apiserver.ConfigHashAnnotation]
+	if hash == "" {
+		t.Fatalf("the Deployment %s has no %s", d.Name, apiserver.ConfigHashAnnotation)
+	}
+	return hash
+}
+
+// waitAuthenticationConfigNames waits until the operator's ConfigMap of
+// cfg has an authentication configuration that names issuer, and says
+// when it saw it.
+func waitAuthenticationConfigNames(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, issuer string, within time.Duration) time.Time {
+	t.Helper()
+	key := client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.ConfigMapName(cfg.Name)}
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		cm := &corev1.ConfigMap{}
+		err := c.Get(context.Background(), key, cm)
+		if err == nil && strings.Contains(cm.Data[apiserver.AuthenticationConfigKey], issuer) {
+			return time.Now()
+		}
+		if time.Since(start) > within {
+			t.Fatalf("within %s the ConfigMap %s has no authentication configuration naming %s (%v)", within, key, issuer, err)
+		}
+	}
+}
+
+// logApiserverPods logs the end of the kube-apiserver logs of cfg's pods.
+func logApiserverPods(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig) {
+	t.Helper()
+	cs := clientset(t)
+	for _, p := range apiserverPods(t, c, cfg) {
+		data, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "kube-apiserver", TailLines: ptr.To[int64](60)}).DoRaw(context.Background())
+		t.Logf("kube-apiserver of %s (%v):\n%s", p.Name, err, data)
+	}
+}
+
+// authorizationWebhook is an HTTPS authorization webhook (it answers
+// SubjectAccessReviews) with a CA of its own, run by the test on the
+// host's side of the node's link; callers must send its token.
+type authorizationWebhook struct {
+	port int
+	// kubeconfig tells kube-apiserver how to call it, credentials inline.
+	kubeconfig []byte
+	mu         sync.Mutex
+	asked      map[string]int // by namespace, "" for non-resource requests
+	badTokens  int
+}
+
+// startAuthorizationWebhook serves a webhook that allows what allow says
+// and has no opinion on the rest.
+func startAuthorizationWebhook(t testing.TB, host string, allow func(authorizationv1.SubjectAccessReviewSpec) bool) *authorizationWebhook {
+	t.Helper()
+	now := time.Now()
+	ca, err := pki.NewSelfSignedCA("authorization-webhook-ca", pki.KeyAlgorithmECDSAP256, 24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := pki.NewSignedCert(ca, pki.ServingCertConfig(nil, []net.IP{net.ParseIP(host)}), pki.KeyAlgorithmECDSAP256, 24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	token := base64.RawURLEncoding.EncodeToString(secret)
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatalf("listening on the host's side of the node's link: %v", err)
+	}
+	w := &authorizationWebhook{port: ln.Addr().(*net.TCPAddr).Port, asked: map[string]int{}}
+	kubeconfig := clientcmdapi.NewConfig()
+	kubeconfig.Clusters["webhook"] = &clientcmdapi.Cluster{Server: "https://" + ln.Addr().String() + "/authorize", CertificateAuthorityData: ca.CertPEM()}
+	kubeconfig.AuthInfos["apiserver"] = &clientcmdapi.AuthInfo{Token: token}
+	kubeconfig.Contexts["webhook"] = &clientcmdapi.Context{Cluster: "webhook", AuthInfo: "apiserver"}
+	kubeconfig.CurrentContext = "webhook"
+	if w.kubeconfig, err = clientcmd.Write(*kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /authorize", func(rw http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			w.mu.Lock()
+			w.badTokens++
+			w.mu.Unlock()
+			http.Error(rw, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		review := &authorizationv1.SubjectAccessReview{}
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err := json.Unmarshal(body, review); err != nil {
+			http.Error(rw, "not a SubjectAccessReview", http.StatusBadRequest)
+			return
+		}
+		ns := ""
+		if a := review.Spec.ResourceAttributes; a != nil {
+			ns = a.Namespace
+		}
+		w.mu.Lock()
+		w.asked[ns]++
+		w.mu.Unlock()
+		review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: allow(review.Spec)}
+		review.Spec = authorizationv1.SubjectAccessReviewSpec{}
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(review)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{serving.Cert().Raw}, PrivateKey: serving.Key()}},
+	}}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return w
+}
+
+// counts are the webhook's calls by namespace, and the calls it refused
+// for a missing or wrong token.
+func (w *authorizationWebhook) counts() (map[string]int, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.asked), w.badTokens
+}
