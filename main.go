@@ -80,6 +80,7 @@ type options struct {
 	shutdownDelay        time.Duration
 	etcdWatchInterval    time.Duration
 	agentWatchInterval   time.Duration
+	auditWatchInterval   time.Duration
 	removedAPIQuiet      time.Duration
 	webhookCerts         string
 	webhookSecret        string
@@ -157,6 +158,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"How often every tenant's etcd servers are looked at between reconciles: an outage that changes nothing else (an override etcd down) is reported within it.")
 	fs.DurationVar(&o.agentWatchInterval, "konnectivity-watch-interval", controllers.DefaultKonnectivityWatchInterval,
 		"How often the konnectivity servers of every tenant with spec.konnectivity are asked how many agents hold a tunnel to them (one GET of each server's /metrics, and a count of the tenant's nodes in etcd when a ready server holds none): status.konnectivity and the KonnectivityAgentsConnected condition follow the tenant's nodes within it.")
+	fs.DurationVar(&o.auditWatchInterval, "audit-watch-interval", controllers.DefaultAuditWatchInterval,
+		"How often the audit error counters of every apiserver of a tenant with spec.audit.webhook are read (one GET of its /metrics): the AuditDelivered condition and apiserver_operator_audit_events_lost_total follow lost audit events within it.")
 	fs.BoolVar(&o.controllers, "controllers", true,
 		"Reconcile ApiServerConfigs. config/manager runs the controllers and the webhook as two processes of each pod (--webhooks=false in one, --controllers=false in the other), so that the death of the leading controller never fails an admission.")
 	fs.StringVar(&o.webhookCerts, "webhook-cert-management", "self",
@@ -359,6 +362,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		StallAfter:                o.stallAfter,
 		EtcdWatchInterval:         o.etcdWatchInterval,
 		KonnectivityWatchInterval: o.agentWatchInterval,
+		AuditWatchInterval:        o.auditWatchInterval,
 		RemovedAPIQuietPeriod:     o.removedAPIQuiet,
 		TenantIndex:               tenants,
 		BackupDir:                 o.backupDir,

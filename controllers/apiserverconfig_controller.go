@@ -124,6 +124,10 @@ type ApiServerConfigReconciler struct {
 	// servers are looked at between passes
 	// (DefaultKonnectivityWatchInterval when zero).
 	KonnectivityWatchInterval time.Duration
+	// AuditWatchInterval is how often the audit counters of every tenant
+	// with spec.audit.webhook are read between passes
+	// (DefaultAuditWatchInterval when zero).
+	AuditWatchInterval time.Duration
 	// RemovedAPIQuietPeriod is how long no client may have called an API
 	// the target minor removed before a held upgrade goes ahead
 	// (DefaultRemovedAPIQuietPeriod when zero).
@@ -144,6 +148,9 @@ type ApiServerConfigReconciler struct {
 	// agentWatch brings a tenant with spec.konnectivity back when the
 	// agents its servers hold change.
 	agentWatch *agentWatch
+	// auditWatch brings a tenant with spec.audit.webhook back when its
+	// apiservers start or stop losing audit events.
+	auditWatch *auditWatch
 
 	// applied remembers, per object, the resourceVersion the operator's last
 	// apply left, so that an object nobody changed is not applied again.
@@ -297,6 +304,11 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	b = b.WatchesRawSource(r.agentWatch.source())
+	r.auditWatch = newAuditWatch(cmp.Or(r.AuditWatchInterval, DefaultAuditWatchInterval))
+	if err := mgr.Add(r.auditWatch); err != nil {
+		return err
+	}
+	b = b.WatchesRawSource(r.auditWatch.source())
 	return b.Named("apiserverconfig").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		Complete(r)

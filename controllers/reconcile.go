@@ -127,6 +127,7 @@ func (r *ApiServerConfigReconciler) steps() []reconcileStep {
 		{"Etcd", r.reconcileEtcd},
 		{"Sizing", r.reconcileSizing},
 		{"Agents", r.reconcileAgents},
+		{"Audit", r.reconcileAudit},
 		{"Config", r.loadConfig},
 		{"Data", r.checkData},
 		{"Preflight", r.preflightUpgrade},
@@ -149,6 +150,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.etcdClientTLS.Delete(req.NamespacedName)
 			r.removedAPIs.forget(req.NamespacedName)
 			r.forgetAgents(req.NamespacedName)
+			r.forgetAudit(req.NamespacedName)
 			if r.etcdWatch != nil {
 				r.etcdWatch.forget(req.NamespacedName)
 			}
@@ -163,6 +165,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.etcdWatch.forget(req.NamespacedName)
 		}
 		r.forgetAgents(req.NamespacedName)
+		r.forgetAudit(req.NamespacedName)
 		requeue, err := r.reportPaused(ctx, cfg)
 		// But for the readiness gate of a new apiserver pod (one that
 		// replaced a pod lost with its node): a paused tenant keeps
@@ -177,6 +180,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.etcdWatch.forget(req.NamespacedName)
 		}
 		r.forgetAgents(req.NamespacedName)
+		r.forgetAudit(req.NamespacedName)
 		if err := r.clearPaused(ctx, cfg); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -387,6 +391,9 @@ func (r *ApiServerConfigReconciler) writeStatus(ctx context.Context, before, cfg
 	}
 	if obs.agents != nil && obs.agents.status == "" {
 		meta.RemoveStatusCondition(&cfg.Status.Conditions, v1alpha1.ConditionKonnectivityAgentsConnected)
+	}
+	if obs.audit != nil && obs.audit.status == "" {
+		meta.RemoveStatusCondition(&cfg.Status.Conditions, v1alpha1.ConditionAuditDelivered)
 	}
 	if v := obs.versions; v.running != "" {
 		cfg.Status.Version, cfg.Status.Versions = v.running, v.counts

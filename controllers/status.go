@@ -57,6 +57,10 @@ type observations struct {
 	// when the tenant has no spec.konnectivity (the condition goes); nil
 	// when the pass did not get to look.
 	agents *agentsDecision
+	// audit is AuditDelivered as decided, with no status when the tenant
+	// has no spec.audit.webhook (the condition goes); nil when the pass
+	// did not get to look.
+	audit *auditDecision
 }
 
 // encryptionObservation is what the Encrypted condition reports.
@@ -86,6 +90,8 @@ func (o observations) unobserved(t string) bool {
 		return o.encryption == nil
 	case v1alpha1.ConditionKonnectivityAgentsConnected:
 		return o.agents == nil
+	case v1alpha1.ConditionAuditDelivered:
+		return o.audit == nil
 	}
 	return false
 }
@@ -323,6 +329,9 @@ func conditions(o observations) []metav1.Condition {
 	}
 	if o.agents != nil && o.agents.status != "" {
 		out = append(out, agentsCondition(*o.agents, o.generation))
+	}
+	if o.audit != nil && o.audit.status != "" {
+		out = append(out, auditCondition(*o.audit, o.generation))
 	}
 	return out
 }

@@ -53,6 +53,12 @@ const (
 	// the nodes could not be counted. It leaves Ready alone: the
 	// apiservers serve, and the agents run on the tenant's side.
 	ConditionKonnectivityAgentsConnected = "KonnectivityAgentsConnected"
+	// ConditionAuditDelivered, present with spec.audit.webhook, says
+	// whether the apiservers lost audit events since the look before: the
+	// webhook refused or did not answer, the buffer was full, or events
+	// were cut for their size (kube-apiserver's
+	// apiserver_audit_error_total). It does not take part in Ready.
+	ConditionAuditDelivered = "AuditDelivered"
 )
 
 // Annotations a user sets on an ApiServerConfig.
@@ -223,4 +229,14 @@ const (
 	// ReasonAgentsNotCounted: a ready apiserver's server, or the tenant's
 	// nodes in etcd, could not be counted; or no apiserver is ready.
 	ReasonAgentsNotCounted = "AgentsNotCounted"
+
+	// ReasonAuditDelivering: no apiserver lost an audit event since the
+	// look before.
+	ReasonAuditDelivering = "Delivering"
+	// ReasonAuditEventsLost: an apiserver lost audit events since the
+	// look before (also the reason of a Warning event).
+	ReasonAuditEventsLost = "AuditEventsLost"
+	// ReasonAuditNotRead: an apiserver's audit counters could not be read,
+	// or no apiserver runs.
+	ReasonAuditNotRead = "AuditNotRead"
 )

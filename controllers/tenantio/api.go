@@ -132,6 +132,10 @@ func (t *client) metrics(ctx context.Context, podIP string, families ...string) 
 	rc.Host = "https://" + net.JoinHostPort(podIP, strconv.Itoa(int(t.port)))
 	rc.TLSClientConfig.ServerName = t.clusterIP
 	rc.GroupVersion, rc.NegotiatedSerializer = &schema.GroupVersion{}, scheme.Codecs.WithoutConversion()
+	// The client is this call's own, so its connection is never used
+	// again: closed at once rather than left idle until its timeout (the
+	// audit watch reads thousands of apiservers each round).
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return closingTransport{rt} }
 	wrapCapped(rc, MaxMetricsBytes, nil)
 	rcl, err := rest.RESTClientFor(rc)
 	if err != nil {
@@ -147,6 +151,16 @@ func (t *client) metrics(ctx context.Context, podIP string, families ...string) 
 		return nil, fmt.Errorf("reading the metrics of the apiserver pod at %s: %w", rc.Host, err)
 	}
 	return data, nil
+}
+
+// closingTransport asks for the connection of each request to be closed
+// after its response.
+type closingTransport struct{ rt http.RoundTripper }
+
+func (c closingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Close = true
+	return c.rt.RoundTrip(req)
 }
 
 // metricFamilies keeps the lines of the text exposition format that

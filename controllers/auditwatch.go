@@ -1,0 +1,372 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+)
+
+// DefaultAuditWatchInterval is how often the audit counters of every
+// tenant with spec.audit.webhook are read between passes.
+const DefaultAuditWatchInterval = 5 * time.Minute
+
+const (
+	// auditWatchConcurrency bounds the reads under way at once.
+	auditWatchConcurrency = 16
+	// auditReadTimeout bounds one read of an apiserver's /metrics.
+	auditReadTimeout = 5 * time.Second
+	// auditReadsPerSecond is the watch's budget: a fleet with more
+	// apiservers than the interval lets it read at this rate has them read
+	// less often, at the same cost.
+	auditReadsPerSecond = 50
+)
+
+// auditReader reads the audit error counts of the apiserver pod at podIP.
+type auditReader func(ctx context.Context, podIP string) (apiserver.AuditErrors, error)
+
+// auditLook is what a read of a tenant's apiservers found.
+type auditLook struct {
+	// counts by pod, as read; nil for a pod that could not be read.
+	counts map[string]apiserver.AuditErrors
+	// lost are the events lost since the look before, all pods together,
+	// and lostBy the pods that lost them; for a pod read for the first
+	// time, since it started.
+	lost   apiserver.AuditErrors
+	lostBy []string
+	// since is when the look before was taken; zero for a first look, or
+	// when a pod that lost events is read for the first time.
+	since, at time.Time
+}
+
+// after completes l, a look that read counts, with what it says against
+// before: the events lost since, and, for a pod it could not read, the
+// counts before kept (a restart of the pod, a slow answer: one read does
+// not lose track of what was lost).
+func (l auditLook) after(before auditLook) auditLook {
+	l.lost = apiserver.AuditErrors{}
+	l.since = before.at
+	for _, pod := range slices.Sorted(maps.Keys(l.counts)) {
+		now, prev := l.counts[pod], before.counts[pod]
+		if now == nil {
+			continue
+		}
+		lost := now.Since(prev) // a nil prev counts from the pod's start
+		if lost.Total() > 0 {
+			l.lostBy = append(l.lostBy, pod)
+			if prev == nil {
+				l.since = time.Time{} // since the pod started
+			}
+		}
+		for plugin, n := range lost {
+			l.lost[plugin] += n
+		}
+	}
+	return l
+}
+
+// auditDecision is the AuditDelivered condition.
+type auditDecision struct {
+	status          metav1.ConditionStatus
+	reason, message string
+}
+
+// decideAudit says whether pods lost audit events in l.
+func decideAudit(pods []agentServer, l auditLook) auditDecision {
+	var unread []string
+	for _, p := range pods {
+		if l.counts[p.pod] == nil {
+			unread = append(unread, p.pod)
+		}
+	}
+	switch {
+	case l.lost.Total() > 0:
+		since := "since they started"
+		if !l.since.IsZero() {
+			since = "since " + l.since.UTC().Format(time.RFC3339)
+		}
+		return auditDecision{metav1.ConditionFalse, v1alpha1.ReasonAuditEventsLost, fmt.Sprintf(
+			"apiserver pod(s) %s lost %d audit events %s: %s; check that the webhook of spec.audit.webhook answers and that spec.networkPolicy.egress reaches it (kube-apiserver logs each failure)",
+			strings.Join(l.lostBy, ", "), int64(l.lost.Total()), since, l.lost)}
+	case len(pods) == 0:
+		return auditDecision{metav1.ConditionUnknown, v1alpha1.ReasonAuditNotRead, "no apiserver pod is ready"}
+	case len(unread) > 0:
+		return auditDecision{metav1.ConditionUnknown, v1alpha1.ReasonAuditNotRead, fmt.Sprintf(
+			"the audit counters of apiserver pod(s) %s could not be read", strings.Join(unread, ", "))}
+	}
+	return auditDecision{metav1.ConditionTrue, v1alpha1.ReasonAuditDelivering, "no audit event was lost since the read before"}
+}
+
+// readAudit reads pods' audit counters within one timeout, as many at once
+// as auditWatchConcurrency, and says what they lost since before.
+func readAudit(ctx context.Context, pods []agentServer, read auditReader, before auditLook, limiter *rate.Limiter) auditLook {
+	l := auditLook{counts: make(map[string]apiserver.AuditErrors, len(pods)), at: time.Now()}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(auditWatchConcurrency)
+	for _, p := range pods {
+		if limiter != nil && limiter.Wait(gctx) != nil {
+			break
+		}
+		g.Go(func() error {
+			readCtx, cancel := context.WithTimeout(gctx, auditReadTimeout)
+			counts, err := read(readCtx, p.ip)
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			l.counts[p.pod] = nil
+			if err == nil {
+				l.counts[p.pod] = counts
+			} else if prev := before.counts[p.pod]; prev != nil {
+				// Compared with the next read instead.
+				l.counts[p.pod] = prev
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // the reads return no error
+	return l.after(before)
+}
+
+// auditWatch reads, between passes, the audit error counters of the
+// apiservers of every tenant with spec.audit.webhook, as Gardener alerts
+// on them: a webhook that refuses or does not answer loses events in
+// mode batch without a failed request. A tenant is brought back when the
+// AuditDelivered condition its look decides differs from what its last
+// pass wrote, or it keeps losing events; each look adds what was lost to
+// apiserver_operator_audit_events_lost_total. One GET of /metrics per
+// apiserver per interval, no write at rest.
+type auditWatch struct {
+	interval time.Duration
+	budget   rate.Limit
+	events   chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig]
+
+	mu      sync.Mutex
+	tenants map[types.NamespacedName]auditTarget
+	rounds  int
+}
+
+// auditTarget is a tenant's apiservers as its last pass saw them, how to
+// read them, and the last look.
+type auditTarget struct {
+	pods    []agentServer
+	read    auditReader
+	look    auditLook
+	written auditDecision
+}
+
+func newAuditWatch(interval time.Duration) *auditWatch {
+	return &auditWatch{
+		interval: interval,
+		budget:   auditReadsPerSecond,
+		events:   make(chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig], 64),
+		tenants:  map[types.NamespacedName]auditTarget{},
+	}
+}
+
+func (w *auditWatch) source() source.Source {
+	return source.Channel(w.events, &handler.TypedEnqueueRequestForObject[*v1alpha1.ApiServerConfig]{})
+}
+
+// NeedLeaderElection: only the leader reconciles, so only it reads.
+func (w *auditWatch) NeedLeaderElection() bool { return true }
+
+// Start reads every tenant once per interval until ctx ends.
+func (w *auditWatch) Start(ctx context.Context) error {
+	everyInterval(ctx, w.interval, w.readOnce)
+	return nil
+}
+
+// recent is the last look at key's apiservers when it is of the same pods
+// and younger than the interval (ok: a pass writes it rather than reading
+// again), and the last look in any case, which a new one is compared with.
+func (w *auditWatch) recent(key types.NamespacedName, pods []agentServer, now time.Time) (look, before auditLook, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, found := w.tenants[key]
+	if !found || !samePods(t.pods, pods) || now.Sub(t.look.at) >= w.interval {
+		return auditLook{}, t.look, false
+	}
+	return t.look, t.look, true
+}
+
+// record is what a pass wrote.
+func (w *auditWatch) record(key types.NamespacedName, pods []agentServer, read auditReader, look auditLook, written auditDecision) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tenants[key] = auditTarget{pods: slices.Clone(pods), read: read, look: look, written: written}
+}
+
+func (w *auditWatch) forget(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.tenants, key)
+}
+
+// readOnce reads every tenant's apiservers, spread over the interval
+// within the budget, and brings back those whose condition moved.
+func (w *auditWatch) readOnce(ctx context.Context) {
+	w.mu.Lock()
+	targets := maps.Clone(w.tenants)
+	w.mu.Unlock()
+	reads := 0
+	for _, t := range targets {
+		reads += len(t.pods)
+	}
+	limiter := rate.NewLimiter(min(max(rate.Limit(float64(reads)/w.interval.Seconds()), 1), w.budget), 1)
+	looks := make(map[types.NamespacedName]auditLook, len(targets))
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(auditWatchConcurrency)
+	for key, t := range targets {
+		if t.read == nil {
+			continue
+		}
+		g.Go(func() error {
+			l := readAudit(gctx, t.pods, t.read, t.look, limiter)
+			mu.Lock()
+			looks[key] = l
+			mu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	for key, look := range looks {
+		w.mu.Lock()
+		cur, ok := w.tenants[key]
+		// A tenant forgotten, whose pods changed, or that a pass read since
+		// keeps what its pass recorded.
+		current := ok && samePods(cur.pods, targets[key].pods) && !cur.look.at.After(targets[key].look.at)
+		bring := false
+		if current {
+			cur.look = look
+			w.tenants[key] = cur
+			countAuditLoss(key, look)
+			// A new status, or new losses to report (a tenant that keeps
+			// losing events is written once a round, to say how many).
+			d := decideAudit(cur.pods, look)
+			bring = d.status != cur.written.status || d.reason != cur.written.reason ||
+				d.status == metav1.ConditionFalse && d.message != cur.written.message
+		}
+		w.mu.Unlock()
+		if bring && !bringBack(ctx, w.events, key) {
+			return
+		}
+	}
+	w.mu.Lock()
+	w.rounds++
+	w.mu.Unlock()
+}
+
+func (w *auditWatch) completedRounds() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rounds
+}
+
+// countAuditLoss adds what l lost to the operator's counter.
+func countAuditLoss(key types.NamespacedName, l auditLook) {
+	for plugin, n := range l.lost {
+		auditEventsLost.WithLabelValues(key.Namespace, key.Name, plugin).Add(n)
+	}
+}
+
+// readyAPIServers are the ready apiserver pods, by name.
+func readyAPIServers(pods []corev1.Pod) []agentServer {
+	var out []agentServer
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil || podEnded(pod) || pod.Status.PodIP == "" || !podReady(pod) {
+			continue
+		}
+		out = append(out, agentServer{pod: pod.Name, ip: pod.Status.PodIP, ready: true})
+	}
+	slices.SortFunc(out, func(a, b agentServer) int { return strings.Compare(a.pod, b.pod) })
+	return out
+}
+
+// reconcileAudit is the pass's step for the AuditDelivered condition:
+// what the audit watch last found of the pods the pass finds, or else a
+// read of the pass's own (new pods), which the watch then compares its
+// reads with.
+func (r *ApiServerConfigReconciler) reconcileAudit(ctx context.Context, p *pass) error {
+	key := client.ObjectKeyFromObject(p.cfg)
+	if p.cfg.Spec.Audit.Webhook == nil || ptr.Deref(p.cfg.Spec.MasterCount, 1) == 0 {
+		p.obs.audit = &auditDecision{}
+		r.forgetAudit(key)
+		return nil
+	}
+	pods := readyAPIServers(p.pods)
+	var read auditReader
+	if len(pods) > 0 {
+		api, err := r.tenants()(ctx, p)
+		if err == nil {
+			read = func(ctx context.Context, podIP string) (apiserver.AuditErrors, error) {
+				data, err := api.Metrics(ctx, podIP, apiserver.AuditErrorsMetric)
+				if err != nil {
+					return nil, err
+				}
+				return apiserver.ParseAuditErrors(bytes.NewReader(data))
+			}
+		}
+	}
+	var look, before auditLook
+	ok := false
+	if r.auditWatch != nil {
+		look, before, ok = r.auditWatch.recent(key, pods, p.now)
+	}
+	if !ok {
+		if read != nil {
+			look = readAudit(ctx, pods, read, before, nil)
+			look.at = p.now // the pass's clock, which recent compares with
+			countAuditLoss(key, look)
+		} else {
+			look = auditLook{at: p.now}
+		}
+	}
+	d := decideAudit(pods, look)
+	if r.auditWatch != nil {
+		r.auditWatch.record(key, pods, read, look, d)
+	}
+	if d.status == metav1.ConditionFalse {
+		if prev := meta.FindStatusCondition(p.before.Status.Conditions, v1alpha1.ConditionAuditDelivered); prev == nil || prev.Status != metav1.ConditionFalse {
+			r.event(p.cfg, corev1.EventTypeWarning, d.reason, "Audit", "%s", d.message)
+		}
+	}
+	p.obs.audit = &d
+	return nil
+}
+
+func (r *ApiServerConfigReconciler) forgetAudit(key types.NamespacedName) {
+	if r.auditWatch != nil {
+		r.auditWatch.forget(key)
+	}
+	auditEventsLost.DeletePartialMatch(map[string]string{"namespace": key.Namespace, "name": key.Name})
+}
+
+// auditCondition is AuditDelivered as d decided it.
+func auditCondition(d auditDecision, generation int64) metav1.Condition {
+	return metav1.Condition{Type: v1alpha1.ConditionAuditDelivered, Status: d.status, Reason: d.reason, Message: d.message, ObservedGeneration: generation}
+}
