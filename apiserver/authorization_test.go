@@ -90,7 +90,7 @@ func TestAuthorizationConfig_RendersTheChainAndItsKubeconfigsInOneSecret(t *test
 		t.Fatalf("the chain: %+v", cfg.Authorizers)
 	}
 	w := cfg.Authorizers[2].Webhook
-	if w == nil || *w.ConnectionInfo.KubeConfigFile != AuthorizationDir+"/"+key || w.Timeout.Duration != 2*time.Second ||
+	if w == nil || *w.ConnectionInfo.KubeConfigFile != AuthorizationKubeconfigDir+"/"+key || w.Timeout.Duration != 2*time.Second ||
 		w.FailurePolicy != "NoOpinion" || w.SubjectAccessReviewVersion != "v1" || w.MatchConditionSubjectAccessReviewVersion != "v1" ||
 		ptr.Deref(w.CacheUnauthorizedRequests, true) || w.MatchConditions[0].Expression != "request.resourceAttributes.namespace == 'payments'" {
 		t.Fatalf("the webhook: %+v", w)
@@ -98,7 +98,7 @@ func TestAuthorizationConfig_RendersTheChainAndItsKubeconfigsInOneSecret(t *test
 	// The pods mount the Secret whole, and the validator is given every
 	// file of it.
 	files := o.PodFiles(c, nil)
-	if string(files[AuthorizationDir+"/"+key]) != "kubeconfig of payments" || len(files[AuthorizationConfigFile]) == 0 {
+	if string(files[AuthorizationKubeconfigDir+"/"+key]) != "kubeconfig of payments" || len(files[AuthorizationConfigFile]) == 0 {
 		t.Errorf("the pod's files lack the chain's: %v", slices.Sorted(maps.Keys(files)))
 	}
 	for _, v := range o.Deployment.Spec.Template.Spec.Volumes {

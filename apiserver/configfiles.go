@@ -307,7 +307,7 @@ func AuthorizationConfig(c *Completed, kubeconfig func(secretName string) []byte
 				MatchConditionSubjectAccessReviewVersion: "v1",
 				ConnectionInfo: apiserverv1.WebhookConnectionInfo{
 					Type:           apiserverv1.AuthorizationWebhookConnectionInfoTypeKubeConfigFile,
-					KubeConfigFile: ptr.To(AuthorizationDir + "/" + key),
+					KubeConfigFile: ptr.To(AuthorizationKubeconfigDir + "/" + key),
 				},
 			}
 			for _, m := range w.MatchConditions {

@@ -28,8 +28,10 @@ type MountedObject struct {
 	WholeObject bool
 	Files       []MountedFile
 	// Named: every key of the object besides Files is a file too, read
-	// by kube-apiserver because one of Files names it (the kubeconfigs
-	// of the authorization webhooks). WholeObject only.
+	// by kube-apiserver because one of Files names it, in kubelet's
+	// ..data directory of the volume (the kubeconfigs of the
+	// authorization webhooks, AuthorizationKubeconfigDir). WholeObject
+	// only.
 	Named bool
 }
 
@@ -197,9 +199,10 @@ func PodFiles(c *Completed, data ObjectData) map[string][]byte {
 			files[f.Path] = d[f.Key]
 		}
 		if o.Named {
+			// Where the configuration names them, kubelet's ..data.
 			for key, v := range d {
 				if !slices.ContainsFunc(o.Files, func(f MountedFile) bool { return f.Key == key }) {
-					files[volumeDir(o.Volume)+"/"+key] = v
+					files[volumeDir(o.Volume)+"/..data/"+key] = v
 				}
 			}
 		}

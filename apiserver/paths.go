@@ -62,6 +62,15 @@ const (
 	AuthorizationDir = "/etc/kubernetes/authorization"
 	// AuthorizationConfigFile is the AuthorizationConfiguration.
 	AuthorizationConfigFile = AuthorizationDir + "/" + AuthorizationConfigKey
+	// AuthorizationKubeconfigDir is where the configuration names the
+	// webhooks' kubeconfigs: kubelet's ..data, the directory of the
+	// volume's current content. kubelet makes the file of a key new to
+	// the Secret only after it points ..data at the new content, and
+	// kube-apiserver does not read again a configuration whose kubeconfig
+	// it could not open: read in that moment, the configuration would
+	// stay refused. Through ..data a kubeconfig is there as soon as the
+	// configuration that names it.
+	AuthorizationKubeconfigDir = AuthorizationDir + "/..data"
 	// AuditWebhookKubeconfigFile tells how to reach the audit webhook.
 	AuditWebhookKubeconfigFile = "/etc/kubernetes/audit-webhook/kubeconfig"
 

@@ -89,7 +89,7 @@ func TestApiServerConfigReconciler_AuthorizersAreReloadedWithoutARoll(t *testing
 				out = append(out, z.Name)
 				continue
 			}
-			key := strings.TrimPrefix(*z.Webhook.ConnectionInfo.KubeConfigFile, apiserver.AuthorizationDir+"/")
+			key := strings.TrimPrefix(*z.Webhook.ConnectionInfo.KubeConfigFile, apiserver.AuthorizationKubeconfigDir+"/")
 			user := &corev1.Secret{}
 			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: z.Name + "-authz"}, user); err != nil {
 				return "", err

@@ -284,7 +284,8 @@ func TestRenderedAPIServer_AuthorizationChainAsksWebhooksByMatchConditionsAndRel
 		files := map[string][]byte{}
 		for path, data := range podFiles {
 			if key, ok := strings.CutPrefix(path, apiserver.AuthorizationDir+"/"); ok {
-				files[key] = data
+				// The kubeconfigs are named in kubelet's ..data.
+				files[strings.TrimPrefix(key, "..data/")] = data
 			}
 		}
 		if objs.Authorization == nil || objs.Authorization.Name != apiserver.AuthorizationSecretName(spec.Name) ||

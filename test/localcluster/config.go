@@ -160,7 +160,11 @@ func cniConfig(l layout) ([]byte, error) {
 // kubeletConfig renders the KubeletConfiguration. The host has cgroup v1
 // and no systemd; disk and memory eviction are relaxed because the machine
 // is shared with builds, and image garbage collection is off because the
-// images cannot be pulled again.
+// images cannot be pulled again. kubelet syncs each pod every 20 s rather
+// than every minute: a changed ConfigMap or Secret reaches a running pod's
+// files at its next sync, and the tests of what kube-apiserver reloads
+// from them (authentication and authorization configurations, CA
+// bundles) wait for that; the node runs a few dozen pods.
 func kubeletConfig(l layout) ([]byte, error) {
 	cfg := map[string]any{
 		"apiVersion":                  "kubelet.config.k8s.io/v1beta1",
@@ -186,6 +190,7 @@ func kubeletConfig(l layout) ([]byte, error) {
 		"imageGCHighThresholdPercent": 100,
 		"imageGCLowThresholdPercent":  99,
 		"serializeImagePulls":         false,
+		"syncFrequency":               "20s",
 		"evictionHard": map[string]string{
 			"memory.available":  "100Mi",
 			"nodefs.available":  "1%",
