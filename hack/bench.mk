@@ -32,6 +32,7 @@ bench: manifests generate bundled $(KONNECTIVITY_SERVER) $(KONNECTIVITY_AGENT) $
 	BENCH_STEADY_WINDOW=$(BENCH_STEADY_WINDOW) $(BENCH_GO_TEST) -bench 'SteadyState' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
 	$(BENCH_GO_TEST) -bench 'KonnectivityLogs' -benchtime 2000x ./test/boot | tee -a $(BENCH_LOG)
 	$(BENCH_GO_TEST) -bench 'AgentWatch' -benchtime 5x ./controllers | tee -a $(BENCH_LOG)
+	$(BENCH_GO_TEST) -bench 'AuditRead' -benchtime 300x ./test/boot | tee -a $(BENCH_LOG)
 ifeq ($(BENCH_LOCALCLUSTER),1)
 	@# The cluster's components log to stderr: kept apart, so that they do
 	@# not split a benchmark's result line.
