@@ -8,13 +8,16 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,8 +27,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -46,7 +51,10 @@ import (
 // user RBAC grants nothing read there, and forbids the rest without
 // asking the webhook. An issuer added to the running tenant is taken up
 // by kube-apiserver's reload: the same pods, never restarted, take its
-// tokens, and the pod template's config hash stays as it was.
+// tokens, and the pod template's config hash stays as it was. Its audit
+// events reach a webhook of its spec too (batches of at most a second):
+// the creation of a ConfigMap arrives in an EventList, and AuditDelivered
+// says that no event was lost.
 func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 	host := cluster.HostIP()
 	issuerA := oidcprovider.Listen(t, "issuer-a", net.JoinHostPort(host, "0"))
@@ -57,6 +65,7 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 	authz := startAuthorizationWebhook(t, host, func(s authorizationv1.SubjectAccessReviewSpec) bool {
 		return s.User == "a:alice" && s.ResourceAttributes != nil && s.ResourceAttributes.Namespace == "payments"
 	})
+	audit := startAuditReceiver(t, host)
 
 	const audience = "tenant"
 	jwtA := v1alpha1.JWTAuthenticator{
@@ -89,13 +98,14 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 	mgmt := ctrlClient(t)
 	c, cfg, admin := startTenant(t, "identity", func(cfg *v1alpha1.ApiServerConfig) {
 		// The objects the spec names, in the tenant's namespace: the
-		// issuers' CAs (C's for later) and the webhook's kubeconfig.
+		// issuers' CAs (C's for later) and the webhooks' kubeconfigs.
 		ns := cfg.Namespace
 		for _, obj := range []client.Object{
 			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "issuer-a-ca"}, Data: map[string]string{"ca.crt": string(issuerA.CAPEM())}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "issuer-b-ca"}, Data: map[string][]byte{"ca.crt": issuerB.CAPEM()}},
 			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "issuer-c-ca"}, Data: map[string]string{"bundle.pem": string(issuerC.CAPEM())}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments-authz"}, Data: map[string][]byte{"kubeconfig": authz.kubeconfig}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "audit-webhook"}, Data: map[string][]byte{"kubeconfig": audit.kubeconfig}},
 		} {
 			if err := mgmt.Create(context.Background(), obj); err != nil {
 				t.Fatal(err)
@@ -108,10 +118,14 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 			{Type: "Webhook", Name: "payments", Webhook: &v1alpha1.AuthorizerWebhook{KubeconfigSecretName: "payments-authz",
 				MatchConditions: []v1alpha1.AuthorizerMatchCondition{{Expression: "has(request.resourceAttributes) && request.resourceAttributes.namespace == 'payments'"}}}},
 		}
+		// A batch is sent at the latest a second after its first event,
+		// rather than kube-apiserver's 30 s.
+		cfg.Spec.Audit.Webhook = &v1alpha1.AuditWebhookSpec{KubeconfigSecretName: "audit-webhook", Mode: v1alpha1.AuditWebhookBatch,
+			Batch: &v1alpha1.AuditWebhookBatchSpec{MaxWait: &metav1.Duration{Duration: time.Second}}}
 		// A new tenant's NetworkPolicy lets its apiservers call only etcd
-		// and DNS besides what is listed: the issuers and the webhook.
+		// and DNS besides what is listed: the issuers and the webhooks.
 		var ports []networkingv1.NetworkPolicyPort
-		for _, p := range []int{issuerA.Port(), issuerB.Port(), issuerC.Port(), authz.port} {
+		for _, p := range []int{issuerA.Port(), issuerB.Port(), issuerC.Port(), authz.port, audit.port} {
 			ports = append(ports, networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(int32(p)))})
 		}
 		cfg.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced, Egress: []networkingv1.NetworkPolicyEgressRule{{
@@ -146,6 +160,7 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 	// Authorization: RBAC grants alice nothing; the webhook lets her read
 	// payments and is never asked about default.
 	ctx := context.Background()
+	created := time.Now()
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "payments"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +187,24 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 		t.Errorf("the webhook was called %d times without its token", badTokens)
 	}
 
+	// Audit: the admin's creation of payments/ledger reaches the webhook,
+	// and the operator reads from the apiservers that nothing was lost.
+	if e := audit.waitCreated(t, "payments", "ledger", 30*time.Second); e.ResponseStatus == nil || e.ResponseStatus.Code != http.StatusCreated {
+		t.Errorf("the audit event of the creation of payments/ledger has response %+v, want 201", e.ResponseStatus)
+	}
+	arrived := time.Now()
+	waitAuditDelivered(t, mgmt, cfg, 2*time.Minute)
+	t.Logf("Audit: the creation of payments/ledger reached the webhook within %s, AuditDelivered was True (Delivering) %s later",
+		arrived.Sub(created).Round(100*time.Millisecond), time.Since(arrived).Round(100*time.Millisecond))
+	audit.mu.Lock()
+	if len(audit.malformed) > 0 {
+		t.Errorf("the audit webhook got requests that are not an audit.k8s.io/v1 EventList: %v", audit.malformed)
+	}
+	audit.mu.Unlock()
+	if n := audit.badTokens.Load(); n != 0 {
+		t.Errorf("the audit webhook was called %d times without its token", n)
+	}
+
 	// Issuer C joins the running tenant.
 	podsBefore := podUIDs(t, c, cfg)
 	hashBefore := podTemplateConfigHash(t, c, cfg)
@@ -180,10 +213,10 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 		s.Authentication.JWT = []v1alpha1.JWTAuthenticator{jwtA, jwtB, jwtC}
 	})
 	// The operator rewrites the ConfigMap at once; kubelet brings it into
-	// the pods within its sync period (about a minute), and kube-apiserver
-	// reloads it within moments.
+	// the pods at its next sync of them (every 20 s on the local cluster,
+	// with jitter), and kube-apiserver reloads it: about 35 s in all.
 	written := waitAuthenticationConfigNames(t, c, cfg, issuerC.URL(), time.Minute)
-	got = waitAccepted(t, rc, "issuer C's token after the change", tokenC, 4*time.Minute-time.Since(changed))
+	got = waitAccepted(t, rc, "issuer C's token after the change", tokenC, 2*time.Minute-time.Since(changed))
 	accepted := time.Now()
 	wantUser(t, "issuer C's token", got, userC)
 	t.Logf("Issuer C added: the operator wrote the ConfigMap after %s, the tenant took C's token %s after the change",
@@ -295,24 +328,23 @@ func logApiserverPods(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConf
 	}
 }
 
-// authorizationWebhook is an HTTPS authorization webhook (it answers
-// SubjectAccessReviews) with a CA of its own, run by the test on the
-// host's side of the node's link; callers must send its token.
-type authorizationWebhook struct {
+// httpsWebhook is an HTTPS server of the test on the host's side of the
+// node's link, with a CA of its own, that kube-apiserver calls as its
+// kubeconfig says, with a token of its own; calls without the token are
+// refused and counted.
+type httpsWebhook struct {
 	port int
 	// kubeconfig tells kube-apiserver how to call it, credentials inline.
 	kubeconfig []byte
-	mu         sync.Mutex
-	asked      map[string]int // by namespace, "" for non-resource requests
-	badTokens  int
+	badTokens  atomic.Int32
 }
 
-// startAuthorizationWebhook serves a webhook that allows what allow says
-// and has no opinion on the rest.
-func startAuthorizationWebhook(t testing.TB, host string, allow func(authorizationv1.SubjectAccessReviewSpec) bool) *authorizationWebhook {
+// serveWebhook serves handle at path (POST only) on host until the test
+// ends; name names its CA.
+func serveWebhook(t testing.TB, host, name, path string, handle http.HandlerFunc) *httpsWebhook {
 	t.Helper()
 	now := time.Now()
-	ca, err := pki.NewSelfSignedCA("authorization-webhook-ca", pki.KeyAlgorithmECDSAP256, 24*time.Hour, now)
+	ca, err := pki.NewSelfSignedCA(name+"-ca", pki.KeyAlgorithmECDSAP256, 24*time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,25 +359,48 @@ func startAuthorizationWebhook(t testing.TB, host string, allow func(authorizati
 	if err != nil {
 		t.Fatalf("listening on the host's side of the node's link: %v", err)
 	}
-	w := &authorizationWebhook{port: ln.Addr().(*net.TCPAddr).Port, asked: map[string]int{}}
+	w := &httpsWebhook{port: ln.Addr().(*net.TCPAddr).Port}
 	kubeconfig := clientcmdapi.NewConfig()
-	kubeconfig.Clusters["webhook"] = &clientcmdapi.Cluster{Server: "https://" + ln.Addr().String() + "/authorize", CertificateAuthorityData: ca.CertPEM()}
+	kubeconfig.Clusters[name] = &clientcmdapi.Cluster{Server: "https://" + ln.Addr().String() + path, CertificateAuthorityData: ca.CertPEM()}
 	kubeconfig.AuthInfos["apiserver"] = &clientcmdapi.AuthInfo{Token: token}
-	kubeconfig.Contexts["webhook"] = &clientcmdapi.Context{Cluster: "webhook", AuthInfo: "apiserver"}
-	kubeconfig.CurrentContext = "webhook"
+	kubeconfig.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: "apiserver"}
+	kubeconfig.CurrentContext = name
 	if w.kubeconfig, err = clientcmd.Write(*kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /authorize", func(rw http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+path, func(rw http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token {
-			w.mu.Lock()
-			w.badTokens++
-			w.mu.Unlock()
+			w.badTokens.Add(1)
 			http.Error(rw, "unauthorized", http.StatusUnauthorized)
 			return
 		}
+		handle(rw, r)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{serving.Cert().Raw}, PrivateKey: serving.Key()}},
+	}}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return w
+}
+
+// authorizationWebhook is an HTTPS authorization webhook: it answers
+// SubjectAccessReviews.
+type authorizationWebhook struct {
+	*httpsWebhook
+	mu    sync.Mutex
+	asked map[string]int // by namespace, "" for non-resource requests
+}
+
+// startAuthorizationWebhook serves a webhook that allows what allow says
+// and has no opinion on the rest.
+func startAuthorizationWebhook(t testing.TB, host string, allow func(authorizationv1.SubjectAccessReviewSpec) bool) *authorizationWebhook {
+	t.Helper()
+	w := &authorizationWebhook{asked: map[string]int{}}
+	w.httpsWebhook = serveWebhook(t, host, "authorization-webhook", "/authorize", func(rw http.ResponseWriter, r *http.Request) {
 		review := &authorizationv1.SubjectAccessReview{}
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if err := json.Unmarshal(body, review); err != nil {
@@ -364,12 +419,6 @@ func startAuthorizationWebhook(t testing.TB, host string, allow func(authorizati
 		rw.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(rw).Encode(review)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{serving.Cert().Raw}, PrivateKey: serving.Key()}},
-	}}
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	t.Cleanup(func() { _ = srv.Close() })
 	return w
 }
 
@@ -378,5 +427,80 @@ func startAuthorizationWebhook(t testing.TB, host string, allow func(authorizati
 func (w *authorizationWebhook) counts() (map[string]int, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return maps.Clone(w.asked), w.badTokens
+	return maps.Clone(w.asked), int(w.badTokens.Load())
+}
+
+// auditReceiver is an HTTPS audit webhook: it keeps the audit.k8s.io/v1
+// EventLists kube-apiserver POSTs to it.
+type auditReceiver struct {
+	*httpsWebhook
+	mu      sync.Mutex
+	batches []auditv1.EventList
+	// malformed are the requests that were not an EventList.
+	malformed []string
+}
+
+func startAuditReceiver(t testing.TB, host string) *auditReceiver {
+	t.Helper()
+	a := &auditReceiver{}
+	a.httpsWebhook = serveWebhook(t, host, "audit-webhook", "/audit", func(rw http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
+		var list auditv1.EventList
+		if err == nil {
+			err = json.Unmarshal(body, &list)
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if err != nil || list.Kind != "EventList" || list.APIVersion != auditv1.SchemeGroupVersion.String() {
+			a.malformed = append(a.malformed, fmt.Sprintf("%v: %.200s", err, body))
+			http.Error(rw, "not an audit.k8s.io/v1 EventList", http.StatusBadRequest)
+			return
+		}
+		a.batches = append(a.batches, list)
+	})
+	return a
+}
+
+// waitCreated waits until the receiver has the event of stage
+// ResponseComplete of the creation of the ConfigMap namespace/name, and
+// returns it.
+func (a *auditReceiver) waitCreated(t testing.TB, namespace, name string, within time.Duration) auditv1.Event {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		a.mu.Lock()
+		batches, malformed := len(a.batches), slices.Clone(a.malformed)
+		for _, b := range a.batches {
+			for _, e := range b.Items {
+				if ref := e.ObjectRef; e.Verb == "create" && e.Stage == auditv1.StageResponseComplete &&
+					ref != nil && ref.Resource == "configmaps" && ref.Namespace == namespace && ref.Name == name {
+					a.mu.Unlock()
+					return e
+				}
+			}
+		}
+		a.mu.Unlock()
+		if time.Since(start) > within {
+			t.Fatalf("within %s the audit webhook got %d batches (%d calls without its token; malformed: %v), none with the creation of ConfigMap %s/%s at stage ResponseComplete",
+				within, batches, a.badTokens.Load(), malformed, namespace, name)
+		}
+	}
+}
+
+// waitAuditDelivered waits until cfg's AuditDelivered condition is True
+// with reason Delivering.
+func waitAuditDelivered(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, within time.Duration) {
+	t.Helper()
+	var last *metav1.Condition
+	for start := time.Now(); ; time.Sleep(500 * time.Millisecond) {
+		got := &v1alpha1.ApiServerConfig{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(cfg), got); err == nil {
+			last = meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAuditDelivered)
+			if last != nil && last.Status == metav1.ConditionTrue && last.Reason == v1alpha1.ReasonAuditDelivering {
+				return
+			}
+		}
+		if time.Since(start) > within {
+			t.Fatalf("within %s the condition %s of %s is %+v, want True, %s", within, v1alpha1.ConditionAuditDelivered, cfg.Namespace+"/"+cfg.Name, last, v1alpha1.ReasonAuditDelivering)
+		}
+	}
 }
