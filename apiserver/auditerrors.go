@@ -41,9 +41,24 @@ func ParseAuditErrors(metrics io.Reader) (AuditErrors, error) {
 		if m.GetCounter() == nil || v < 0 || v != float64(int64(v)) {
 			return nil, fmt.Errorf("parsing kube-apiserver's metrics: %s{%v} is not a count of events", AuditErrorsMetric, metricLabels(m))
 		}
-		out[metricLabels(m)["plugin"]] += v
+		plugin := metricLabels(m)["plugin"]
+		if _, ok := auditPluginWords[plugin]; !ok {
+			// An apiserver of the tenant's own image may name anything:
+			// the operator's metric and status do not take its words.
+			plugin = "other"
+		}
+		out[plugin] += v
 	}
 	return out, nil
+}
+
+// auditPluginWords say what happened to the events each plugin lost.
+var auditPluginWords = map[string]string{
+	"webhook":  "not taken by the webhook",
+	"buffered": "dropped from a full buffer",
+	"truncate": "cut for their size",
+	"log":      "not written to the log",
+	"other":    "lost by another audit plugin",
 }
 
 // Since are the events lost since before, the counts of the same
@@ -75,19 +90,9 @@ func (e AuditErrors) Total() float64 {
 // String says what was lost, plugin by plugin, in the words of what
 // happened: "3 not taken by the webhook, 10 dropped from a full buffer".
 func (e AuditErrors) String() string {
-	words := map[string]string{
-		"webhook":  "not taken by the webhook",
-		"buffered": "dropped from a full buffer",
-		"truncate": "cut for their size",
-		"log":      "not written to the log",
-	}
 	var parts []string
 	for _, plugin := range slices.Sorted(maps.Keys(e)) {
-		w, ok := words[plugin]
-		if !ok {
-			w = "lost by " + plugin
-		}
-		parts = append(parts, fmt.Sprintf("%d %s", int64(e[plugin]), w))
+		parts = append(parts, fmt.Sprintf("%d %s", int64(e[plugin]), auditPluginWords[plugin]))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -28,6 +28,11 @@ apiserver_audit_error_total{plugin="truncate"} 1
 	if none, err := ParseAuditErrors(strings.NewReader("# TYPE apiserver_audit_event_total counter\napiserver_audit_event_total 12\n")); err != nil || len(none) != 0 {
 		t.Errorf("an apiserver that lost nothing: %v, %v", none, err)
 	}
+	// A plugin kube-apiserver does not have (a tenant's own image may name
+	// anything) is folded into "other".
+	if odd, err := ParseAuditErrors(strings.NewReader("# TYPE apiserver_audit_error_total counter\napiserver_audit_error_total{plugin=\"x-very-long-name\"} 2\n")); err != nil || len(odd) != 1 || odd["other"] != 2 {
+		t.Errorf("an unknown plugin: %v, %v", odd, err)
+	}
 	for _, bad := range []string{"-1", "2.5", "NaN"} {
 		if _, err := ParseAuditErrors(strings.NewReader("# TYPE apiserver_audit_error_total counter\napiserver_audit_error_total{plugin=\"webhook\"} " + bad + "\n")); err == nil {
 			t.Errorf("a count of %s was taken", bad)

@@ -142,6 +142,17 @@ func TestConfigHash_ReloadsJWTButRollsForWhatKubeAPIServerReadsAtStart(t *testin
 		}
 	}
 
+	// The first issuer added without oidc, or the last removed, reloads
+	// too: kube-apiserver takes JWT authenticators by reload even when it
+	// started with none.
+	noIssuer, oneIssuer := withJWT(t), withJWT(t)
+	noIssuer.Spec.Authentication.OIDC, oneIssuer.Spec.Authentication.OIDC = nil, nil
+	noIssuer.Spec.Authentication.JWT = nil
+	oneIssuer.Spec.Authentication.JWT = oneIssuer.Spec.Authentication.JWT[:1]
+	if hash(noIssuer, cas) != hash(oneIssuer, cas) {
+		t.Error("the first JWT issuer of a spec without oidc rolls the pods")
+	}
+
 	// Without jwt the whole file counts, as before jwt existed: a spec
 	// that does not use it hashes as in the previous release.
 	plain := withJWT(t)

@@ -147,6 +147,9 @@ func TestConfigHash_ReloadsWebhooksButRollsForNodeAndRBAC(t *testing.T) {
 			cfg.Spec.Authorization.Authorizers = cfg.Spec.Authorization.Authorizers[1:]
 		},
 		"modes instead": func(cfg *v1alpha1.ApiServerConfig) { cfg.Spec.Authorization = v1alpha1.AuthorizationSpec{} },
+		"AlwaysDeny added": func(cfg *v1alpha1.ApiServerConfig) {
+			cfg.Spec.Authorization.Authorizers = append(cfg.Spec.Authorization.Authorizers, v1alpha1.Authorizer{Type: "AlwaysDeny", Name: "deny"})
+		},
 	} {
 		cfg := withAuthorizers(t)
 		change(cfg)

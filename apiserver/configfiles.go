@@ -123,6 +123,9 @@ func authenticationStartPart(c *Completed, data []byte) []byte {
 		return data
 	}
 	cfg.JWT = cfg.JWT[:len(cfg.JWT)-n]
+	if len(cfg.JWT) == 0 {
+		cfg.JWT = nil // as rendered without any: "jwt: null"
+	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		return data
@@ -298,7 +301,7 @@ func AuthorizationConfig(c *Completed, kubeconfig func(secretName string) []byte
 			files[key] = data
 			out.Webhook = &apiserverv1.WebhookConfiguration{
 				Timeout:                                  ptr.Deref(w.Timeout, metav1.Duration{Duration: 3 * time.Second}),
-				FailurePolicy:                            orDefault(w.FailurePolicy, "Deny"),
+				FailurePolicy:                            orDefault(w.FailurePolicy, "NoOpinion"),
 				AuthorizedTTL:                            ptr.Deref(w.AuthorizedTTL, metav1.Duration{Duration: 5 * time.Minute}),
 				UnauthorizedTTL:                          ptr.Deref(w.UnauthorizedTTL, metav1.Duration{Duration: 30 * time.Second}),
 				CacheAuthorizedRequests:                  w.CacheAuthorizedRequests,
@@ -324,13 +327,15 @@ func AuthorizationConfig(c *Completed, kubeconfig func(secretName string) []byte
 	return files, nil
 }
 
-// authorizersBuiltAtStart are the authorizers of the chain kube-apiserver
-// builds only when it starts (Node's graph, RBAC's informers): a reload
-// that adds one of them is refused, so that adding or removing one rolls
-// the pods (ConfigHash), while webhooks come and go by reload.
+// authorizersBuiltAtStart are the types of the chain other than Webhook:
+// kube-apiserver builds Node's graph and RBAC's informers only when it
+// starts, and refuses a reload that adds a type it did not start with or
+// drops one it did (requireNonWebhookTypes), and every reload after it. A
+// change of them rolls the pods (ConfigHash); webhooks come and go by
+// reload.
 func authorizersBuiltAtStart(c *Completed) []string {
 	var out []string
-	for _, t := range []v1alpha1.AuthorizerType{"Node", "RBAC"} {
+	for _, t := range []v1alpha1.AuthorizerType{"Node", "RBAC", "AlwaysAllow", "AlwaysDeny"} {
 		if slices.ContainsFunc(c.Spec.Authorization.Authorizers, func(a v1alpha1.Authorizer) bool { return a.Type == t }) {
 			out = append(out, string(t))
 		}

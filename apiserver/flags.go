@@ -40,6 +40,9 @@ var flagHistory = map[string]flagSpan{
 	// Structured authentication configuration: the operator uses it from
 	// v1 (1.34), with anonymous access limited to the health endpoints.
 	"authentication-config": {added: "v1.34.0"},
+	// Structured authorization configuration, apiserver.config.k8s.io/v1
+	// from 1.32.
+	"authorization-config": {added: "v1.32.0"},
 }
 
 // FlagSupported reports whether kube-apiserver at version v has the flag.

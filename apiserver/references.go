@@ -3,6 +3,7 @@ package apiserver
 import (
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -166,6 +167,14 @@ func CheckWebhookKubeconfig(data []byte) error {
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("kube-apiserver would read files of its pod or run commands for it, which tenants may not make it do: %s", strings.Join(problems, "; "))
+	}
+	// What kube-apiserver loads: the current context's cluster and user.
+	rc, err := clientcmd.NewNonInteractiveClientConfig(*cfg, cfg.CurrentContext, nil, nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("kube-apiserver could not load it: %w: set current-context to a context whose cluster has the webhook's server", err)
+	}
+	if u, err := url.Parse(rc.Host); err != nil || u.Scheme != "https" {
+		return fmt.Errorf("the server %q of its current context is not an https:// URL: the apiservers would send their credentials in the clear", rc.Host)
 	}
 	return nil
 }

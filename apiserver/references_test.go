@@ -35,6 +35,7 @@ users:
 		"a command":             {`{server: "https://h"}`, `{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: ["-c", "cat /etc/kubernetes/pki/sa.key"], interactiveMode: Never}}`, `user "apiserver" runs a command (exec)`},
 		"an auth provider":      {`{server: "https://h"}`, `{auth-provider: {name: oidc, config: {idp-issuer-url: "https://i"}}}`, `auth-provider plugin "oidc"`},
 		"not even a kubeconfig": {"", "", "it is not a kubeconfig"},
+		"a server in the clear": {`{server: "http://hook.example.com"}`, `{token: t}`, `is not an https:// URL`},
 	} {
 		data := head + "clusters:\n- name: hook\n  cluster: " + tt.cluster + "\nusers:\n- name: apiserver\n  user: " + tt.user + "\n"
 		if tt.cluster == "" {
@@ -43,6 +44,16 @@ users:
 		err := CheckWebhookKubeconfig([]byte(data))
 		if err == nil || !strings.Contains(err.Error(), tt.says) {
 			t.Errorf("%s: %v, want an error saying %q", name, err, tt.says)
+		}
+	}
+	// What kube-apiserver could not load: nothing, or no context to use.
+	for name, data := range map[string]string{
+		"an empty kubeconfig":   "apiVersion: v1\nkind: Config\n",
+		"no current context":    strings.Replace(inline, "current-context: hook\n", "", 1),
+		"a context not defined": strings.Replace(inline, "current-context: hook", "current-context: other", 1),
+	} {
+		if err := CheckWebhookKubeconfig([]byte(data)); err == nil || !strings.Contains(err.Error(), "kube-apiserver could not load it") {
+			t.Errorf("%s: %v, want an error saying that kube-apiserver could not load it", name, err)
 		}
 	}
 }

@@ -53,7 +53,7 @@ func Validate(cfg *v1alpha1.ApiServerConfig) (field.ErrorList, []string) {
 
 	errs = append(errs, validateExtraArgs(spec.ExtraArgs, v, catalog, specPath.Child("extraArgs"), &warnings)...)
 	errs = append(errs, validateAuditWebhook(spec, specPath.Child("extraArgs"))...)
-	errs = append(errs, validateAuthentication(spec, v, catalog, specPath.Child("authentication"))...)
+	errs = append(errs, validateAuthentication(spec, v, catalog, specPath.Child("authentication"), &warnings)...)
 	errs = append(errs, validatePolicy(cfg, spec, catalog)...)
 	errs = append(errs, validateMaintenance(spec.Maintenance, specPath.Child("maintenance"))...)
 	errs = append(errs, validateKonnectivity(spec, specPath, &warnings)...)
@@ -138,11 +138,13 @@ func validateAuditWebhook(spec *v1alpha1.ApiServerConfigSpec, path *field.Path) 
 	return errs
 }
 
-// validateAuthentication refuses what the authentication configuration
-// file cannot carry: jwt and anonymousPaths in a version that reads no
-// such file, and an issuer to be called through the konnectivity tunnel of
-// a tenant that has none (upstream would dial it directly without a word).
-func validateAuthentication(spec *v1alpha1.ApiServerConfigSpec, v *utilversion.Version, catalog *Catalog, path *field.Path) field.ErrorList {
+// validateAuthentication refuses what the authentication and
+// authorization configuration files cannot carry: jwt, anonymousPaths and
+// authorizers in a version that reads no such file, and an issuer to be
+// called through the konnectivity tunnel of a tenant that has none
+// (upstream would dial it directly without a word). It warns of a webhook
+// that may deny kubelet's probes.
+func validateAuthentication(spec *v1alpha1.ApiServerConfigSpec, v *utilversion.Version, catalog *Catalog, path *field.Path, warnings *[]string) field.ErrorList {
 	var errs field.ErrorList
 	if !FlagSupported("authentication-config", v, catalog) {
 		const why = "needs kube-apiserver's --authentication-config, which %s does not have: use spec.authentication.oidc, or a version from v1.34 on"
@@ -151,6 +153,20 @@ func validateAuthentication(spec *v1alpha1.ApiServerConfigSpec, v *utilversion.V
 		}
 		if len(spec.Authentication.AnonymousPaths) > 0 {
 			errs = append(errs, field.Forbidden(path.Child("anonymousPaths"), fmt.Sprintf(why, spec.Version)))
+		}
+	}
+	if len(spec.Authorization.Authorizers) > 0 && !FlagSupported("authorization-config", v, catalog) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "authorization", "authorizers"), fmt.Sprintf(
+			"needs kube-apiserver's --authorization-config with apiserver.config.k8s.io/v1, which %s does not have: use modes and webhook, or a version from v1.32 on", spec.Version)))
+	}
+	for i, a := range spec.Authorization.Authorizers {
+		if a.Type == "RBAC" {
+			break
+		}
+		if a.Webhook != nil && a.Webhook.FailurePolicy == "Deny" && len(a.Webhook.MatchConditions) == 0 {
+			*warnings = append(*warnings, fmt.Sprintf(
+				"spec.authorization.authorizers[%d]: webhook %s comes before RBAC with failurePolicy Deny and no matchConditions: while it is down it denies kubelet's anonymous probes of /livez and /readyz, and kubelet restarts the apiservers; put it after RBAC, use NoOpinion, or select resource requests with a matchCondition (has(request.resourceAttributes))",
+				i, a.Name))
 		}
 	}
 	for i, j := range spec.Authentication.JWT {

@@ -50,36 +50,42 @@ type auditReader func(ctx context.Context, podIP string) (apiserver.AuditErrors,
 
 // auditLook is what a read of a tenant's apiservers found.
 type auditLook struct {
-	// counts by pod, as read; nil for a pod that could not be read.
+	// counts by pod: as read, or, for a pod that could not be read, as
+	// read before (what the next read is compared with).
 	counts map[string]apiserver.AuditErrors
+	// read are the pods read this time.
+	read map[string]bool
 	// lost are the events lost since the look before, all pods together,
-	// and lostBy the pods that lost them; for a pod read for the first
-	// time, since it started.
+	// and lostBy the pods that lost them.
 	lost   apiserver.AuditErrors
 	lostBy []string
-	// since is when the look before was taken; zero for a first look, or
-	// when a pod that lost events is read for the first time.
+	// unsure are the pods read for the first time (a new pod, or an
+	// operator that restarted) whose counts are not 0: they lost events
+	// since they started, which may be long ago.
+	unsure []string
+	// since is when the look before was taken.
 	since, at time.Time
 }
 
-// after completes l, a look that read counts, with what it says against
-// before: the events lost since, and, for a pod it could not read, the
-// counts before kept (a restart of the pod, a slow answer: one read does
-// not lose track of what was lost).
+// after completes l with what it says against before: the events lost
+// since, by the pods read both times.
 func (l auditLook) after(before auditLook) auditLook {
 	l.lost = apiserver.AuditErrors{}
 	l.since = before.at
-	for _, pod := range slices.Sorted(maps.Keys(l.counts)) {
+	for _, pod := range slices.Sorted(maps.Keys(l.read)) {
 		now, prev := l.counts[pod], before.counts[pod]
-		if now == nil {
+		if prev == nil {
+			// A first read sets where the counts start: what was lost
+			// before it is not this look's (nor counted again by a new
+			// leader).
+			if now.Total() > 0 {
+				l.unsure = append(l.unsure, pod)
+			}
 			continue
 		}
-		lost := now.Since(prev) // a nil prev counts from the pod's start
+		lost := now.Since(prev)
 		if lost.Total() > 0 {
 			l.lostBy = append(l.lostBy, pod)
-			if prev == nil {
-				l.since = time.Time{} // since the pod started
-			}
 		}
 		for plugin, n := range lost {
 			l.lost[plugin] += n
@@ -98,24 +104,24 @@ type auditDecision struct {
 func decideAudit(pods []agentServer, l auditLook) auditDecision {
 	var unread []string
 	for _, p := range pods {
-		if l.counts[p.pod] == nil {
+		if !l.read[p.pod] {
 			unread = append(unread, p.pod)
 		}
 	}
 	switch {
 	case l.lost.Total() > 0:
-		since := "since they started"
-		if !l.since.IsZero() {
-			since = "since " + l.since.UTC().Format(time.RFC3339)
-		}
 		return auditDecision{metav1.ConditionFalse, v1alpha1.ReasonAuditEventsLost, fmt.Sprintf(
-			"apiserver pod(s) %s lost %d audit events %s: %s; check that the webhook of spec.audit.webhook answers and that spec.networkPolicy.egress reaches it (kube-apiserver logs each failure)",
-			strings.Join(l.lostBy, ", "), int64(l.lost.Total()), since, l.lost)}
+			"apiserver pod(s) %s lost %d audit events since %s: %s; check that the webhook of spec.audit.webhook answers and that spec.networkPolicy.egress reaches it (kube-apiserver logs each failure)",
+			strings.Join(l.lostBy, ", "), int64(l.lost.Total()), l.since.UTC().Format(time.RFC3339), l.lost)}
 	case len(pods) == 0:
-		return auditDecision{metav1.ConditionUnknown, v1alpha1.ReasonAuditNotRead, "no apiserver pod is ready"}
+		return auditDecision{metav1.ConditionUnknown, v1alpha1.ReasonAuditNotRead, "no apiserver pod runs"}
 	case len(unread) > 0:
 		return auditDecision{metav1.ConditionUnknown, v1alpha1.ReasonAuditNotRead, fmt.Sprintf(
 			"the audit counters of apiserver pod(s) %s could not be read", strings.Join(unread, ", "))}
+	case len(l.unsure) > 0:
+		return auditDecision{metav1.ConditionUnknown, v1alpha1.ReasonAuditNotRead, fmt.Sprintf(
+			"apiserver pod(s) %s lost audit events since they started, before the operator first read them: whether they still lose some shows at the next read",
+			strings.Join(l.unsure, ", "))}
 	}
 	return auditDecision{metav1.ConditionTrue, v1alpha1.ReasonAuditDelivering, "no audit event was lost since the read before"}
 }
@@ -123,7 +129,7 @@ func decideAudit(pods []agentServer, l auditLook) auditDecision {
 // readAudit reads pods' audit counters within one timeout, as many at once
 // as auditWatchConcurrency, and says what they lost since before.
 func readAudit(ctx context.Context, pods []agentServer, read auditReader, before auditLook, limiter *rate.Limiter) auditLook {
-	l := auditLook{counts: make(map[string]apiserver.AuditErrors, len(pods)), at: time.Now()}
+	l := auditLook{counts: make(map[string]apiserver.AuditErrors, len(pods)), read: make(map[string]bool, len(pods)), at: time.Now()}
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(auditWatchConcurrency)
@@ -137,12 +143,10 @@ func readAudit(ctx context.Context, pods []agentServer, read auditReader, before
 			cancel()
 			mu.Lock()
 			defer mu.Unlock()
-			l.counts[p.pod] = nil
 			if err == nil {
-				l.counts[p.pod] = counts
+				l.counts[p.pod], l.read[p.pod] = counts, true
 			} else if prev := before.counts[p.pod]; prev != nil {
-				// Compared with the next read instead.
-				l.counts[p.pod] = prev
+				l.counts[p.pod] = prev // compared with the next read instead
 			}
 			return nil
 		})
@@ -297,12 +301,13 @@ func countAuditLoss(key types.NamespacedName, l auditLook) {
 	}
 }
 
-// readyAPIServers are the ready apiserver pods, by name.
-func readyAPIServers(pods []corev1.Pod) []agentServer {
+// runningAPIServers are the apiserver pods that run, by name, ready or
+// not: a pod whose readiness flaps keeps where its counts stood.
+func runningAPIServers(pods []corev1.Pod) []agentServer {
 	var out []agentServer
 	for i := range pods {
 		pod := &pods[i]
-		if pod.DeletionTimestamp != nil || podEnded(pod) || pod.Status.PodIP == "" || !podReady(pod) {
+		if pod.DeletionTimestamp != nil || podEnded(pod) || pod.Status.PodIP == "" {
 			continue
 		}
 		out = append(out, agentServer{pod: pod.Name, ip: pod.Status.PodIP, ready: true})
@@ -322,7 +327,7 @@ func (r *ApiServerConfigReconciler) reconcileAudit(ctx context.Context, p *pass)
 		r.forgetAudit(key)
 		return nil
 	}
-	pods := readyAPIServers(p.pods)
+	pods := runningAPIServers(p.pods)
 	var read auditReader
 	if len(pods) > 0 {
 		api, err := r.tenants()(ctx, p)
@@ -347,7 +352,8 @@ func (r *ApiServerConfigReconciler) reconcileAudit(ctx context.Context, p *pass)
 			look.at = p.now // the pass's clock, which recent compares with
 			countAuditLoss(key, look)
 		} else {
-			look = auditLook{at: p.now}
+			// Not read: what was read before stays to compare with.
+			look = auditLook{counts: before.counts, at: p.now}
 		}
 	}
 	d := decideAudit(pods, look)

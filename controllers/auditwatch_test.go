@@ -62,13 +62,13 @@ func lostCounter(t *testing.T, key client.ObjectKey, plugin string) float64 {
 
 // TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents: the
 // watch reads each apiserver's audit error counters once a round and
-// brings the tenant back only when the condition it decides differs from
-// what its pass wrote, or new losses are to be reported: events lost
-// since the read before (in any apiserver, a restarted one counting again
-// from 0), then none. A read
-// that fails once keeps the counts before it, so that the next read
-// still says what was lost meanwhile; every loss is added to the
-// operator's counter, by plugin.
+// brings the tenant back when the condition it decides differs from what
+// its pass wrote, or new losses are to be reported: events lost since the
+// read before (in any apiserver, a restarted one counting again from 0),
+// then none. A first read only sets where the counts start (an operator
+// that restarts reports no old losses as new, nor counts them again); a
+// read that fails keeps the counts before it to compare the next one
+// with, and says Unknown rather than that nothing was lost.
 func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T) {
 	f := &fakeAuditCounters{counts: map[string]apiserver.AuditErrors{}, down: map[string]bool{}}
 	f.set("10.3.0.1", apiserver.AuditErrors{"webhook": 4}, false)
@@ -78,10 +78,11 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 	defer auditEventsLost.DeletePartialMatch(map[string]string{"namespace": key.Namespace})
 	pods := []agentServer{{pod: "t-a", ip: "10.3.0.1", ready: true}, {pod: "t-b", ip: "10.3.0.2", ready: true}}
 
-	// The pass's own first read: what t-a lost since it started.
+	// The pass's own first read: t-a lost events at some time since it
+	// started, which says nothing of now.
 	first := readAudit(context.Background(), pods, f.read, auditLook{}, nil)
 	d := decideAudit(pods, first)
-	if d.status != metav1.ConditionFalse || !strings.Contains(d.message, "apiserver pod(s) t-a lost 4 audit events since they started: 4 not taken by the webhook") {
+	if d.status != metav1.ConditionUnknown || !strings.Contains(d.message, "apiserver pod(s) t-a lost audit events since they started, before the operator first read them") {
 		t.Fatalf("the first read decides %+v", d)
 	}
 	countAuditLoss(key, first) // as the pass does
@@ -100,22 +101,24 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 			return false, decideAudit(pods, l)
 		}
 	}
-	// Nothing lost since: back to True.
-	if back, d := round(); !back || d.status != metav1.ConditionTrue || d.reason != v1alpha1.ReasonAuditDelivering {
+	written := func(d auditDecision) { w.record(key, pods, f.read, w.tenants[key].look, d) }
+	// Nothing lost since: True.
+	back, d := round()
+	if !back || d.status != metav1.ConditionTrue || d.reason != v1alpha1.ReasonAuditDelivering {
 		t.Fatalf("a read without new losses: brought back %v, decided %+v", back, d)
 	}
-	w.record(key, pods, f.read, w.tenants[key].look, auditDecision{metav1.ConditionTrue, v1alpha1.ReasonAuditDelivering, ""})
+	written(d)
 	if back, _ := round(); back {
 		t.Fatal("a read that found what the pass wrote brought the tenant back")
 	}
 	// t-b fails once, while t-a loses 3 dropped from its buffer: False.
 	f.set("10.3.0.2", nil, true)
 	f.set("10.3.0.1", apiserver.AuditErrors{"webhook": 4, "buffered": 3}, false)
-	back, d := round()
+	back, d = round()
 	if !back || d.status != metav1.ConditionFalse || !strings.Contains(d.message, "apiserver pod(s) t-a lost 3 audit events since ") || !strings.Contains(d.message, "3 dropped from a full buffer") {
 		t.Fatalf("losses at t-a while t-b does not answer: brought back %v, decided %+v", back, d)
 	}
-	w.record(key, pods, f.read, w.tenants[key].look, d)
+	written(d)
 	// t-b answers again, having lost 2 to truncation meanwhile, and t-a
 	// restarted (its counts start again from 0, with 1 lost since).
 	f.set("10.3.0.2", apiserver.AuditErrors{"truncate": 2}, false)
@@ -125,13 +128,23 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 		!strings.Contains(d.message, "2 cut for their size, 1 not taken by the webhook") {
 		t.Fatalf("new losses at both: brought back %v (to report them), decided %+v", back, d)
 	}
-	for plugin, want := range map[string]float64{"webhook": 5, "buffered": 3, "truncate": 2} {
+	written(d)
+	// t-b stops answering, twice, and nothing else is lost: Unknown, not
+	// that nothing was lost.
+	f.set("10.3.0.2", apiserver.AuditErrors{"truncate": 2}, true)
+	for range 2 {
+		if _, d = round(); d.status != metav1.ConditionUnknown || !strings.Contains(d.message, "apiserver pod(s) t-b could not be read") {
+			t.Fatalf("t-b not read: decided %+v", d)
+		}
+	}
+	// The first read's 4 are not counted: they are older than the watch.
+	for plugin, want := range map[string]float64{"webhook": 1, "buffered": 3, "truncate": 2} {
 		if got := lostCounter(t, key, plugin); got != want {
 			t.Errorf("apiserver_operator_audit_events_lost_total{plugin=%q} is %v, want %v", plugin, got, want)
 		}
 	}
-	if w.completedRounds() != 4 {
-		t.Errorf("%d rounds completed, want 4", w.completedRounds())
+	if w.completedRounds() != 6 {
+		t.Errorf("%d rounds completed, want 6", w.completedRounds())
 	}
 	// A pod that does not answer at all, and has nothing before: Unknown.
 	other := []agentServer{{pod: "t-c", ip: "10.3.0.3", ready: true}}
@@ -139,7 +152,7 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 	if d := decideAudit(other, readAudit(context.Background(), other, f.read, auditLook{}, nil)); d.status != metav1.ConditionUnknown || !strings.Contains(d.message, "t-c could not be read") {
 		t.Errorf("an apiserver that does not answer: %+v", d)
 	}
-	if d := decideAudit(nil, auditLook{}); d.status != metav1.ConditionUnknown || d.message != "no apiserver pod is ready" {
+	if d := decideAudit(nil, auditLook{}); d.status != metav1.ConditionUnknown || d.message != "no apiserver pod runs" {
 		t.Errorf("no apiserver: %+v", d)
 	}
 	w.forget(key)
@@ -170,15 +183,15 @@ func (f *auditingTenant) Metrics(_ context.Context, _ string, families ...string
 }
 
 // TestApiServerConfigReconciler_ReportsAuditEventsTheApiserversLost: with
-// spec.audit.webhook, a pass reads each ready apiserver's audit error
-// counters (the audit watch reads them between passes): events lost say
-// AuditDelivered False, with a Warning event, and Ready stays True; without
-// spec.audit.webhook the condition goes.
+// spec.audit.webhook, a pass reads the audit error counters of apiservers
+// it has not read (the audit watch reads them between passes): events lost
+// since a read say AuditDelivered False, with a Warning event, and Ready
+// stays True; without spec.audit.webhook the condition goes.
 func TestApiServerConfigReconciler_ReportsAuditEventsTheApiserversLost(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, nil)
 	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "audit-webhook"},
-		Data: map[string][]byte{"kubeconfig": []byte("apiVersion: v1\nkind: Config\n")}}); err != nil {
+		Data: map[string][]byte{"kubeconfig": webhookKubeconfig("https://audit.example.com", "{token: t}")}}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := tenant(ns, "lossy", func(s *v1alpha1.ApiServerConfigSpec) {
@@ -195,11 +208,29 @@ func TestApiServerConfigReconciler_ReportsAuditEventsTheApiserversLost(t *testin
 	if err := env.Client.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
+	condition := func() *metav1.Condition {
+		return conditionOf(get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta}), v1alpha1.ConditionAuditDelivered)
+	}
+	eventually(t, 20*time.Second, "a first read of an apiserver that lost events before says Unknown", func() error {
+		if c := condition(); c == nil || c.Status != metav1.ConditionUnknown || !strings.Contains(c.Message, "lossy-apiserver-x lost audit events since they started") {
+			return fmt.Errorf("AuditDelivered is %v", c)
+		}
+		return nil
+	})
+	// It loses 3 more, and a second apiserver starts (a new set of pods
+	// is read by the pass): False, with what was lost since.
+	fake.lost.Store(10)
+	pod2 := createAPIServerPod(t, cfg, "lossy-apiserver-y")
+	pod2.Status.PodIP = "10.0.0.8"
+	pod2.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := env.Client.Status().Update(ctx, pod2); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 20*time.Second, "AuditDelivered says what was lost", func() error {
 		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
 		c := conditionOf(got, v1alpha1.ConditionAuditDelivered)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonAuditEventsLost ||
-			!strings.Contains(c.Message, "apiserver pod(s) lossy-apiserver-x lost 7 audit events since they started: 7 not taken by the webhook") {
+			!strings.Contains(c.Message, "apiserver pod(s) lossy-apiserver-x lost 3 audit events since ") || !strings.Contains(c.Message, "3 not taken by the webhook") {
 			return fmt.Errorf("AuditDelivered is %v", c)
 		}
 		if r := conditionOf(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionTrue {
@@ -213,14 +244,14 @@ func TestApiServerConfigReconciler_ReportsAuditEventsTheApiserversLost(t *testin
 			return err
 		}
 		for _, e := range events.Items {
-			if e.Type == corev1.EventTypeWarning && e.Reason == v1alpha1.ReasonAuditEventsLost && strings.Contains(e.Note, "lost 7 audit events") {
+			if e.Type == corev1.EventTypeWarning && e.Reason == v1alpha1.ReasonAuditEventsLost && strings.Contains(e.Note, "lost 3 audit events") {
 				return nil
 			}
 		}
 		return fmt.Errorf("no Warning event %s among %d", v1alpha1.ReasonAuditEventsLost, len(events.Items))
 	})
-	if got := lostCounter(t, client.ObjectKeyFromObject(cfg), "webhook"); got != 7 {
-		t.Errorf("apiserver_operator_audit_events_lost_total{plugin=webhook} is %v, want 7", got)
+	if got := lostCounter(t, client.ObjectKeyFromObject(cfg), "webhook"); got != 3 {
+		t.Errorf("apiserver_operator_audit_events_lost_total{plugin=webhook} is %v, want 3 (not the 7 before the first read)", got)
 	}
 
 	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.Audit.Webhook = nil })

@@ -44,10 +44,7 @@ func TestApiServerConfigReconciler_AuthorizersAreReloadedWithoutARoll(t *testing
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := func(token string) []byte {
-		return []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: hook\n  cluster: {server: \"https://authz.example.com\"}\n" +
-			"users:\n- name: apiserver\n  user: " + token + "\n")
-	}
+	kubeconfig := func(token string) []byte { return webhookKubeconfig("https://authz.example.com", token) }
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments-authz"},
 		Data: map[string][]byte{"kubeconfig": kubeconfig(`{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, interactiveMode: Never}}`)}}
 	if err := env.Client.Create(ctx, secret); err != nil {
@@ -165,4 +162,11 @@ func TestApiServerConfigReconciler_AuthorizersAreReloadedWithoutARoll(t *testing
 		}
 		return nil
 	})
+}
+
+// webhookKubeconfig is a webhook's kubeconfig as a user writes it: its
+// server and the user's credentials (user, in YAML), inline.
+func webhookKubeconfig(server, user string) []byte {
+	return []byte("apiVersion: v1\nkind: Config\ncurrent-context: hook\ncontexts:\n- name: hook\n  context: {cluster: hook, user: apiserver}\n" +
+		"clusters:\n- name: hook\n  cluster: {server: \"" + server + "\"}\nusers:\n- name: apiserver\n  user: " + user + "\n")
 }

@@ -1013,9 +1013,11 @@ type AuthorizerWebhook struct {
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// FailurePolicy says what a call that fails (or a matchCondition that
-	// fails to evaluate) decides: NoOpinion, to ask the next authorizer,
-	// or Deny.
-	// +kubebuilder:default=Deny
+	// fails to evaluate) decides: NoOpinion (the default, as the webhook
+	// of modes), to ask the next authorizer, or Deny. A Deny webhook
+	// before RBAC that is down denies kubelet's probes of /livez and
+	// /readyz unless its matchConditions leave them out.
+	// +kubebuilder:default=NoOpinion
 	// +kubebuilder:validation:Enum=NoOpinion;Deny
 	// +optional
 	FailurePolicy string `json:"failurePolicy,omitempty"`

@@ -78,6 +78,14 @@ func Render(w io.Writer, manifest []byte, opts Options) error {
 		return err
 	}
 	env.IssuerCAs, env.ImageRepository, env.EtcdDialerImage = nil, opts.ImageRepository, opts.EtcdDialerImage
+	if env.Referenced != nil {
+		// The webhooks' kubeconfigs, copied into the authorization
+		// Secret, are read in the cluster: a fixed placeholder keeps the
+		// output the same from one run to the next.
+		env.Referenced = func(kind, name string) map[string][]byte {
+			return map[string][]byte{"kubeconfig": []byte("# the kubeconfig of Secret " + name + ", read in the cluster\n")}
+		}
+	}
 	env.KonnectivityServerImage, env.KonnectivityAgentImage = opts.KonnectivityServerImage, opts.KonnectivityAgentImage
 	desired, err := apiserver.Desired(c, m, env)
 	if err != nil {

@@ -141,7 +141,14 @@ func (t *client) metrics(ctx context.Context, podIP string, families ...string) 
 	if err != nil {
 		return nil, fmt.Errorf("reaching the apiserver pod at %s: %w", rc.Host, err)
 	}
-	body, err := rcl.Get().AbsPath("/metrics").Stream(ctx)
+	req := rcl.Get().AbsPath("/metrics")
+	// kube-apiserver's handler (client_golang's promhttp, from v1.24 in
+	// kube-apiserver 1.37) serves only the families named; an older one
+	// serves all, which metricFamilies filters.
+	for _, f := range families {
+		req = req.Param("name[]", f)
+	}
+	body, err := req.Stream(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the metrics of the apiserver pod at %s: %w", rc.Host, err)
 	}
