@@ -413,14 +413,19 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err := webhooks.SetupWithManager(mgr, judge, o.nodePortRange, tenants); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)
 		}
-		// Ready only once the webhook serves, or admission would fail; not
-		// ready once it is stopping (see drain).
+		// Ready only once the webhook serves and the index of tenants is
+		// filled, or admission would fail; not ready once it is stopping
+		// (see drain).
 		started := mgr.GetWebhookServer().StartedChecker()
 		readyz = func(req *http.Request) error {
 			if stopping.Load() {
 				return errors.New("the webhook is shutting down")
 			}
 			if err := ready(req.Context()); err != nil {
+				return err
+			}
+			// Admission compares a spec with every other tenant's.
+			if err := tenants.Ready(req.Context()); err != nil {
 				return err
 			}
 			return started(req)

@@ -112,5 +112,5 @@ func run(m *testing.M) (int, error) {
 	if err := schedules.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}
-	return env.RunManager(m, mgr)
+	return env.RunManager(m, mgr, tenantIndex.WaitForCacheSync)
 }

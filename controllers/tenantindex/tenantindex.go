@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -138,6 +139,21 @@ func New(config *rest.Config, scheme *runtime.Scheme, opts ...Option) (*Tenants,
 
 // Start fills the index and keeps it current until ctx ends.
 func (t *Tenants) Start(ctx context.Context) error { return t.cache.Start(ctx) }
+
+// WaitForCacheSync waits until the index holds every ApiServerConfig,
+// false when ctx ends first.
+func (t *Tenants) WaitForCacheSync(ctx context.Context) bool { return t.cache.WaitForCacheSync(ctx) }
+
+// Ready is nil once the index is filled: the webhook, which judges a spec
+// against every other, is not ready before.
+func (t *Tenants) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if !t.cache.WaitForCacheSync(ctx) {
+		return errors.New("the index of ApiServerConfigs is not filled yet")
+	}
+	return nil
+}
 
 // NeedLeaderElection is false: every replica's webhook needs the index.
 func (t *Tenants) NeedLeaderElection() bool { return false }

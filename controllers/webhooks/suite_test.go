@@ -64,5 +64,5 @@ func run(m *testing.M) (int, error) {
 	if err := SetupWithManager(mgr, admission.Admission{Validator: countingValidator{Validator: validators, counter: judgements}, Gates: &admission.Gates{ImageRepositories: admission.DefaultImageRepositories(apiserver.DefaultImageRepository)}}, "", tenants); err != nil {
 		return 0, err
 	}
-	return env.RunManager(m, mgr)
+	return env.RunManager(m, mgr, tenants.WaitForCacheSync)
 }

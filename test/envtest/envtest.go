@@ -173,15 +173,24 @@ func (e *Environment) WaitForWebhookServer() error {
 	return fmt.Errorf("the webhook server did not start on %s: %w", addr, dialErr)
 }
 
-// RunManager starts mgr, waits until it serves the environment's webhooks,
-// runs the tests and stops mgr: a package's TestMain in one call.
-func (e *Environment) RunManager(m *testing.M, mgr manager.Manager) (int, error) {
+// RunManager starts mgr, waits until it serves the environment's webhooks
+// and each of synced says its cache is filled (a loaded machine starts
+// informers late), runs the tests and stops mgr: a package's TestMain in
+// one call.
+func (e *Environment) RunManager(m *testing.M, mgr manager.Manager, synced ...func(context.Context) bool) (int, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	if err := e.WaitForWebhookServer(); err != nil {
 		return 0, err
+	}
+	waitCtx, waitCancel := context.WithTimeout(ctx, time.Minute)
+	defer waitCancel()
+	for _, s := range append([]func(context.Context) bool{mgr.GetCache().WaitForCacheSync}, synced...) {
+		if !s(waitCtx) {
+			return 0, fmt.Errorf("a cache of the manager did not fill within a minute")
+		}
 	}
 	code := m.Run()
 	cancel()
