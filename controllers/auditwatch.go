@@ -204,14 +204,17 @@ func (w *auditWatch) Start(ctx context.Context) error {
 	return nil
 }
 
-// recent is the last look at key's apiservers when it is of the same pods
-// and younger than the interval (ok: a pass writes it rather than reading
-// again), and the last look in any case, which a new one is compared with.
+// recent is the last look at key's apiservers when it is of the same pods,
+// read them all and is younger than the interval (ok: a pass writes it
+// rather than reading again), and the last look in any case, which a new
+// one is compared with. A look that could not read a pod (one that was
+// not serving yet) is read again by the next pass.
 func (w *auditWatch) recent(key types.NamespacedName, pods []agentServer, now time.Time) (look, before auditLook, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t, found := w.tenants[key]
-	if !found || !samePods(t.pods, pods) || now.Sub(t.look.at) >= w.interval {
+	allRead := !slices.ContainsFunc(pods, func(p agentServer) bool { return !t.look.read[p.pod] })
+	if !found || !samePods(t.pods, pods) || now.Sub(t.look.at) >= w.interval || !allRead {
 		return auditLook{}, t.look, false
 	}
 	return t.look, t.look, true

@@ -90,7 +90,9 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 	round := func() (bool, auditDecision) {
 		t.Helper()
 		w.readOnce(context.Background())
-		l, _, _ := w.recent(key, pods, time.Now())
+		w.mu.Lock()
+		l := w.tenants[key].look
+		w.mu.Unlock()
 		select {
 		case e := <-w.events:
 			if got := client.ObjectKeyFromObject(e.Object); got != key {
@@ -146,12 +148,27 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 	if w.completedRounds() != 6 {
 		t.Errorf("%d rounds completed, want 6", w.completedRounds())
 	}
-	// A pod that does not answer at all, and has nothing before: Unknown.
-	other := []agentServer{{pod: "t-c", ip: "10.3.0.3", ready: true}}
+	// A pod that does not answer at all (not serving yet), and has
+	// nothing before: Unknown, and a pass reads it again rather than
+	// taking that look as recent.
+	other := []agentServer{{pod: "t-c", ip: "10.3.0.3", ready: false}}
 	f.set("10.3.0.3", nil, true)
-	if d := decideAudit(other, readAudit(context.Background(), other, f.read, auditLook{}, nil)); d.status != metav1.ConditionUnknown || !strings.Contains(d.message, "t-c could not be read") {
+	otherKey := client.ObjectKey{Namespace: "audit-ns", Name: "other"}
+	l := readAudit(context.Background(), other, f.read, auditLook{}, nil)
+	if d := decideAudit(other, l); d.status != metav1.ConditionUnknown || !strings.Contains(d.message, "t-c could not be read") {
 		t.Errorf("an apiserver that does not answer: %+v", d)
 	}
+	w.record(otherKey, other, f.read, l, decideAudit(other, l))
+	if _, _, ok := w.recent(otherKey, other, time.Now()); ok {
+		t.Error("a look that could not read a pod is taken as recent: the pass would not read it again")
+	}
+	f.set("10.3.0.3", nil, false)
+	l = readAudit(context.Background(), other, f.read, l, nil)
+	w.record(otherKey, other, f.read, l, decideAudit(other, l))
+	if _, _, ok := w.recent(otherKey, other, time.Now()); !ok {
+		t.Error("a look that read every pod is not taken as recent")
+	}
+	w.forget(otherKey)
 	if d := decideAudit(nil, auditLook{}); d.status != metav1.ConditionUnknown || d.message != "no apiserver pod runs" {
 		t.Errorf("no apiserver: %+v", d)
 	}
