@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
@@ -79,34 +78,9 @@ func TestRenderedAPIServer_AcceptsTokensOfTwoJWTIssuersAndReloadsTheList(t *test
 		}
 		return out
 	}
-	const audience = "tenant"
-	jwtA := v1alpha1.JWTAuthenticator{
-		Issuer: v1alpha1.JWTIssuer{URL: a.URL(), Audiences: []string{audience},
-			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{ConfigMapName: "issuer-a-ca"}},
-		ClaimValidationRules: []v1alpha1.ClaimValidationRule{{Expression: `claims.tier == "gold"`, Message: "gold members only"}},
-		ClaimMappings: v1alpha1.ClaimMappings{
-			Username: v1alpha1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("a:")},
-			Groups:   v1alpha1.PrefixedClaimOrExpression{Claim: "groups", Prefix: ptr.To("a:")},
-		},
-	}
-	jwtB := v1alpha1.JWTAuthenticator{
-		Issuer: v1alpha1.JWTIssuer{URL: b.URL(), Audiences: []string{audience},
-			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{SecretName: "issuer-b-ca"}},
-		// Upstream requires email_verified to be checked where the user
-		// name is made of the email.
-		ClaimValidationRules: []v1alpha1.ClaimValidationRule{{Expression: "claims.email_verified == true", Message: "the email is not verified"}},
-		ClaimMappings: v1alpha1.ClaimMappings{
-			Username: v1alpha1.PrefixedClaimOrExpression{Expression: "'b:' + claims.email"},
-			Groups:   v1alpha1.PrefixedClaimOrExpression{Expression: "'b:' + claims.team"},
-			UID:      v1alpha1.ClaimOrExpression{Claim: "sub"},
-			Extra:    []v1alpha1.ExtraMapping{{Key: "example.org/team", ValueExpression: "claims.team"}},
-		},
-	}
-	jwtC := v1alpha1.JWTAuthenticator{
-		Issuer: v1alpha1.JWTIssuer{URL: c.URL(), Audiences: []string{audience},
-			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{ConfigMapName: "issuer-c-ca", Key: "bundle.pem"}},
-		ClaimMappings: v1alpha1.ClaimMappings{Username: v1alpha1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("c:")}},
-	}
+	const audience = oidcprovider.Audience
+	jwtA, jwtB, jwtC := oidcprovider.Authenticators(a.URL(), b.URL(), c.URL())
+	jwtB.ClaimMappings.Extra = []v1alpha1.ExtraMapping{{Key: "example.org/team", ValueExpression: "claims.team"}}
 	cfg := &v1alpha1.ApiServerConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "jwt", Namespace: "tenants"},
 		Spec: v1alpha1.ApiServerConfigSpec{

@@ -67,33 +67,8 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 	})
 	audit := startAuditReceiver(t, host)
 
-	const audience = "tenant"
-	jwtA := v1alpha1.JWTAuthenticator{
-		Issuer: v1alpha1.JWTIssuer{URL: issuerA.URL(), Audiences: []string{audience},
-			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{ConfigMapName: "issuer-a-ca"}},
-		ClaimValidationRules: []v1alpha1.ClaimValidationRule{{Expression: `claims.tier == "gold"`, Message: "gold members only"}},
-		ClaimMappings: v1alpha1.ClaimMappings{
-			Username: v1alpha1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("a:")},
-			Groups:   v1alpha1.PrefixedClaimOrExpression{Claim: "groups", Prefix: ptr.To("a:")},
-		},
-	}
-	jwtB := v1alpha1.JWTAuthenticator{
-		Issuer: v1alpha1.JWTIssuer{URL: issuerB.URL(), Audiences: []string{audience},
-			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{SecretName: "issuer-b-ca"}},
-		// Upstream requires email_verified to be checked where the user
-		// name is made of the email.
-		ClaimValidationRules: []v1alpha1.ClaimValidationRule{{Expression: "claims.email_verified == true", Message: "the email is not verified"}},
-		ClaimMappings: v1alpha1.ClaimMappings{
-			Username: v1alpha1.PrefixedClaimOrExpression{Expression: "'b:' + claims.email"},
-			Groups:   v1alpha1.PrefixedClaimOrExpression{Expression: "'b:' + claims.team"},
-			UID:      v1alpha1.ClaimOrExpression{Claim: "sub"},
-		},
-	}
-	jwtC := v1alpha1.JWTAuthenticator{
-		Issuer: v1alpha1.JWTIssuer{URL: issuerC.URL(), Audiences: []string{audience},
-			CertificateAuthorityRef: &v1alpha1.CertificateAuthorityRef{ConfigMapName: "issuer-c-ca", Key: "bundle.pem"}},
-		ClaimMappings: v1alpha1.ClaimMappings{Username: v1alpha1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("c:")}},
-	}
+	const audience = oidcprovider.Audience
+	jwtA, jwtB, jwtC := oidcprovider.Authenticators(issuerA.URL(), issuerB.URL(), issuerC.URL())
 
 	mgmt := ctrlClient(t)
 	c, cfg, admin := startTenant(t, "identity", func(cfg *v1alpha1.ApiServerConfig) {
