@@ -384,6 +384,10 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err := schedules.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackupSchedule controller: %w", err)
 		}
+		credentials := &controllers.AdminCredentialRequestReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator")}
+		if err := credentials.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the AdminCredentialRequest controller: %w", err)
+		}
 	}
 
 	readyz := healthz.Ping

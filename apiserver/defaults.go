@@ -126,6 +126,21 @@ func SetDefaults(spec *v1alpha1.ApiServerConfigSpec) {
 	if spec.Certificates.PKIRetention == "" {
 		spec.Certificates.PKIRetention = "Delete"
 	}
+	setDuration(&spec.AdminCredentials.Lifetime, DefaultAdminCredentialLifetime)
+	if spec.AdminCredentials.KubeconfigSecret == "" {
+		spec.AdminCredentials.KubeconfigSecret = v1alpha1.AdminKubeconfigSecretEnabled
+	}
+}
+
+// DefaultAdminCredentialLifetime is the lifetime of the admin kubeconfig's
+// certificate when spec.adminCredentials.lifetime names none: a working
+// day, so that a copy taken out of the Secret is worth little by the next.
+const DefaultAdminCredentialLifetime = 8 * time.Hour
+
+// PublishesAdminKubeconfig reports whether the tenant's admin kubeconfig
+// is published in its Secret (spec.adminCredentials.kubeconfigSecret).
+func PublishesAdminKubeconfig(c *Completed) bool {
+	return c.Spec.AdminCredentials.KubeconfigSecret != v1alpha1.AdminKubeconfigSecretDisabled
 }
 
 // DefaultEventRateLimits are the limits of spec.admission.eventRateLimit

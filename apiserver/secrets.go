@@ -163,10 +163,12 @@ func desiredPKISecrets(c *Completed, p PKISecrets) ([]*corev1.Secret, error) {
 		sa[ServiceAccountNextKeyKey] = p.ServiceAccountNextSigningKey
 	}
 	out = append(out, secret(c, ServiceAccountSecretName(c.Name), corev1.SecretTypeOpaque, sa))
-	if len(p.AdminKubeconfig) == 0 {
-		return nil, fmt.Errorf("building Secret %s/%s: no admin kubeconfig given", c.Namespace, AdminKubeconfigSecretName(c.Name))
+	if PublishesAdminKubeconfig(c) {
+		if len(p.AdminKubeconfig) == 0 {
+			return nil, fmt.Errorf("building Secret %s/%s: no admin kubeconfig given", c.Namespace, AdminKubeconfigSecretName(c.Name))
+		}
+		out = append(out, secret(c, AdminKubeconfigSecretName(c.Name), corev1.SecretTypeOpaque, map[string][]byte{KubeconfigKey: p.AdminKubeconfig}))
 	}
-	out = append(out, secret(c, AdminKubeconfigSecretName(c.Name), corev1.SecretTypeOpaque, map[string][]byte{KubeconfigKey: p.AdminKubeconfig}))
 	if c.EtcdUser != "" {
 		s, err := tlsSecret(EtcdUserSecretName(c.Name), p.EtcdClient, map[string][]byte{CABundleKey: p.EtcdCA})
 		if err != nil {

@@ -151,6 +151,9 @@ type ApiServerConfigReconciler struct {
 	// auditWatch brings a tenant with spec.audit.webhook back when its
 	// apiservers start or stop losing audit events.
 	auditWatch *auditWatch
+	// operatorCredentials are the operator's own admin credentials of the
+	// tenants that publish no admin kubeconfig.
+	operatorCredentials operatorCredentials
 
 	// applied remembers, per object, the resourceVersion the operator's last
 	// apply left, so that an object nobody changed is not applied again.
@@ -369,6 +372,7 @@ func CacheOptions(watchFilter string) cache.Options {
 			&v1alpha1.ApiServerConfig{}:         {Label: labels.NewSelector().Add(filter...)},
 			&v1alpha1.ApiServerBackup{}:         {Label: labels.NewSelector().Add(filter...)},
 			&v1alpha1.ApiServerBackupSchedule{}: {Label: labels.NewSelector().Add(filter...)},
+			&v1alpha1.AdminCredentialRequest{}:  {Label: labels.NewSelector().Add(filter...)},
 			&corev1.Pod{}:                       {Label: labels.NewSelector().Add(*apiserverPod)},
 			&corev1.Secret{}:                    owned,
 			&corev1.ConfigMap{}:                 owned,

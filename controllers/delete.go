@@ -74,6 +74,7 @@ func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1
 		return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
 	}
 	forgetMetrics(cfg)
+	r.operatorCredentials.forget(client.ObjectKeyFromObject(cfg))
 	return ctrl.Result{}, nil
 }
 

@@ -183,6 +183,9 @@ func (p *pass) rotationsUnderWay() bool {
 			request string
 		}{p.enc.state, p.cfg.Annotations[v1alpha1.RotateEncryptionKeyAnnotation]})
 	}
+	if revoke := p.cfg.Annotations[v1alpha1.RevokeCAAnnotation]; p.pki.rotatesCA && revoke != "" && revoke != p.pki.secrets.CARotation.Distrusted {
+		return true
+	}
 	for _, st := range states {
 		if (st.s.Phase != "" && st.s.Phase != rotation.Stable) || (st.request != "" && st.request != st.s.Request) {
 			return true

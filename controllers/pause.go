@@ -89,6 +89,14 @@ func (r *ApiServerConfigReconciler) waitingWhilePaused(ctx context.Context, cfg 
 			waiting = append(waiting, fmt.Sprintf("the %s rotation requested by %s=%s", rot.kind.Name, rot.annotation, request))
 		}
 	}
+	if revoke := cfg.Annotations[v1alpha1.RevokeCAAnnotation]; revoke != "" {
+		holder := &corev1.Secret{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.CASecretName(cfg.Name)}, holder); err == nil {
+			if state, err := apiserver.RotationStateOf(rotation.CA, holder); err == nil && state.Distrusted != revoke {
+				waiting = append(waiting, fmt.Sprintf("the revocation of the CA's certificates requested by %s=%s", v1alpha1.RevokeCAAnnotation, revoke))
+			}
+		}
+	}
 	for _, rs := range cfg.Status.Rotations {
 		if rs.Phase != "" && rs.Phase != string(rotation.Stable) {
 			waiting = append(waiting, fmt.Sprintf("the %s rotation, held in phase %s", rs.Name, rs.Phase))

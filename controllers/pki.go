@@ -5,11 +5,13 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -196,7 +198,7 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	// renewed like the others and rewritten whenever the endpoint or the
 	// CA bundle changes (the kubeconfig is rebuilt each pass, identically
 	// for identical inputs).
-	admin, err := r.adminKeyPair(ctx, cfg, c, ca, alg, validity, now, res)
+	admin, err := r.adminKeyPair(ctx, cfg, c, ca, alg, now, res)
 	if err != nil {
 		return nil, err
 	}
@@ -304,19 +306,21 @@ func (r *ApiServerConfigReconciler) loadCA(ctx context.Context, refs client.Read
 				cfg.Namespace, name, apiserver.NextCertKey, apiserver.NextKeyKey, err)
 		}
 	}
-	s.CARotation, err = loadRotation(rotation.CA, own.secret, cfg.Annotations[v1alpha1.RotateCAAnnotation], now)
+	s.CARotation, err = loadRotation(rotation.CA, own.secret, rotation.Inputs{Request: cfg.Annotations[v1alpha1.RotateCAAnnotation], Distrust: cfg.Annotations[v1alpha1.RevokeCAAnnotation]}, now)
 	return err
 }
 
 // loadRotation reads where a rotation stands from the Secret that holds its
 // signer; a signer seen for the first time is adopted at once (it needs no
-// rollout), so that a new tenant's Secrets are written once.
-func loadRotation(k rotation.Kind, holder *corev1.Secret, request string, now time.Time) (rotation.State, error) {
+// rollout), so that a new tenant's Secrets are written once; requests (its
+// Request and Distrust) already there are answered by it.
+func loadRotation(k rotation.Kind, holder *corev1.Secret, requests rotation.Inputs, now time.Time) (rotation.State, error) {
 	state, err := apiserver.RotationStateOf(k, holder)
 	if err != nil || state.Phase != "" {
 		return state, err
 	}
-	state, _ = k.Next(state, rotation.Inputs{Now: now, Request: request})
+	requests.Now = now
+	state, _ = k.Next(state, requests)
 	return state, nil
 }
 
@@ -358,7 +362,7 @@ func (r *ApiServerConfigReconciler) serviceAccountKeys(ctx context.Context, cfg 
 		m.ServiceAccountSigningKey = s.Data[apiserver.ServiceAccountPrivateKeyKey]
 		m.ServiceAccountNextSigningKey = s.Data[apiserver.ServiceAccountNextKeyKey]
 		res.trustedServiceAccountKeys = s.Data[apiserver.ServiceAccountPublicKeysKey]
-		m.ServiceAccountKeyRotation, err = loadRotation(rotation.ServiceAccountKey, s, cfg.Annotations[v1alpha1.RotateServiceAccountKeyAnnotation], now)
+		m.ServiceAccountKeyRotation, err = loadRotation(rotation.ServiceAccountKey, s, rotation.Inputs{Request: cfg.Annotations[v1alpha1.RotateServiceAccountKeyAnnotation]}, now)
 		return err
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, name, err)
@@ -370,34 +374,86 @@ func (r *ApiServerConfigReconciler) serviceAccountKeys(ctx context.Context, cfg 
 	if m.ServiceAccountSigningKey, err = key.PrivateKeyPEM(); err != nil {
 		return fmt.Errorf("encoding the service-account key: %w", err)
 	}
-	m.ServiceAccountKeyRotation, _ = loadRotation(rotation.ServiceAccountKey, nil, cfg.Annotations[v1alpha1.RotateServiceAccountKeyAnnotation], now)
+	m.ServiceAccountKeyRotation, _ = loadRotation(rotation.ServiceAccountKey, nil, rotation.Inputs{Request: cfg.Annotations[v1alpha1.RotateServiceAccountKeyAnnotation]}, now)
 	res.issued = append(res.issued, "service-account key")
 	return nil
 }
 
 // adminKeyPair reads the admin client certificate back from the admin
-// kubeconfig Secret, renewing it when due.
+// kubeconfig Secret (from memory when the tenant publishes none), renewing
+// it when due or when it would outlive spec.adminCredentials.lifetime (a
+// lifetime shortened, or a certificate of the year-long kind the operator
+// issued before the field existed).
 func (r *ApiServerConfigReconciler) adminKeyPair(ctx context.Context, owner *v1alpha1.ApiServerConfig, c *apiserver.Completed, ca *pki.KeyPair, alg v1alpha1.KeyAlgorithm,
-	validity time.Duration, now time.Time, res *pkiResult) (*pki.KeyPair, error) {
+	now time.Time, res *pkiResult) (*pki.KeyPair, error) {
 	cfg := pki.AdminCertConfig()
-	name := apiserver.AdminKubeconfigSecretName(c.Name)
-	s := &corev1.Secret{}
-	if err := (ownSecrets{r, owner}).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, name, err)
+	lifetime := c.Spec.AdminCredentials.Lifetime.Duration
+	percent := c.Spec.Certificates.RenewalPercent
+	key := client.ObjectKeyFromObject(owner)
+	var existing *pki.KeyPair
+	if apiserver.PublishesAdminKubeconfig(c) {
+		name := apiserver.AdminKubeconfigSecretName(c.Name)
+		s := &corev1.Secret{}
+		if err := (ownSecrets{r, owner}).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, name, err)
+		}
+		existing = adminFromKubeconfig(s.Data[apiserver.KubeconfigKey])
+		r.operatorCredentials.forget(key)
+	} else {
+		existing = r.operatorCredentials.get(key)
 	}
-	if existing := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey]); existing != nil {
-		if renew, _ := pki.NeedsRenewal(existing.Cert(), now, c.Spec.Certificates.RenewalPercent, cfg.Requirements(ca.Cert(), alg)); !renew {
-			res.track("admin", existing.Cert(), c.Spec.Certificates.RenewalPercent)
+	why := ""
+	if existing != nil {
+		renew, reason := pki.NeedsRenewal(existing.Cert(), now, percent, cfg.Requirements(ca.Cert(), alg))
+		switch {
+		case renew:
+			why = fmt.Sprintf(" (%s)", reason)
+		case existing.Cert().NotAfter.After(now.Add(lifetime)):
+			why = " (lifetime shortened)"
+		default:
+			res.track("admin", existing.Cert(), percent)
 			return existing, nil
 		}
 	}
-	kp, err := pki.NewSignedCert(ca, cfg, alg, validity, now)
+	kp, err := pki.NewSignedCert(ca, cfg, alg, lifetime, now)
 	if err != nil {
 		return nil, fmt.Errorf("issuing the admin certificate: %w", err)
 	}
-	res.issued = append(res.issued, "admin")
-	res.track("admin", kp.Cert(), c.Spec.Certificates.RenewalPercent)
+	if !apiserver.PublishesAdminKubeconfig(c) {
+		r.operatorCredentials.keep(key, kp)
+	}
+	res.issued = append(res.issued, "admin"+why)
+	res.track("admin", kp.Cert(), percent)
 	return kp, nil
+}
+
+// operatorCredentials holds, for each tenant that publishes no admin
+// kubeconfig, the credential the operator itself calls the tenant with:
+// it lives only in the leader's memory, and a new leader issues its own.
+type operatorCredentials struct {
+	mu   sync.Mutex
+	byID map[types.NamespacedName]*pki.KeyPair
+}
+
+func (o *operatorCredentials) get(key types.NamespacedName) *pki.KeyPair {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.byID[key]
+}
+
+func (o *operatorCredentials) keep(key types.NamespacedName, kp *pki.KeyPair) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.byID == nil {
+		o.byID = map[types.NamespacedName]*pki.KeyPair{}
+	}
+	o.byID[key] = kp
+}
+
+func (o *operatorCredentials) forget(key types.NamespacedName) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.byID, key)
 }
 
 // adminFromKubeconfig extracts the client certificate of a kubeconfig

@@ -46,7 +46,7 @@ type rotator struct {
 // its signer does not expire before the next window and a margin: the
 // start that spec.maintenance's windows govern.
 func (rot rotator) dueByAge(p *pass, s rotation.State, in rotation.Inputs) bool {
-	if s.Phase != rotation.Stable || in.DueAt.IsZero() || p.now.Before(in.DueAt) || (in.Request != "" && in.Request != s.Request) {
+	if s.Phase != rotation.Stable || in.DueAt.IsZero() || p.now.Before(in.DueAt) || (in.Request != "" && in.Request != s.Request) || (in.Distrust != "" && in.Distrust != s.Distrusted) {
 		return false
 	}
 	if rot.bySpec != nil && rot.bySpec(p) {
@@ -72,6 +72,7 @@ func (r *ApiServerConfigReconciler) rotators() []rotator {
 					SignerNotAfter: signer.NotAfter,
 					Request:        p.cfg.Annotations[v1alpha1.RotateCAAnnotation],
 					Propagation:    cmp.Or(r.CATrustPropagation, defaultCATrustPropagation),
+					Distrust:       p.cfg.Annotations[v1alpha1.RevokeCAAnnotation],
 					// Old CAs stay trusted until they expire, as library-go does.
 					Overlap: keepUntilExpiry,
 				}

@@ -330,3 +330,82 @@ func TestApiServerConfigReconciler_WritesEachObjectOncePerPassThroughARotation(t
 		t.Fatal("no pass both moved the rotation and applied the Deployment it changed")
 	}
 }
+
+// TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned:
+// revoke-ca runs a CA rotation whose old CA leaves the bundle as soon as
+// the new one signs everywhere, instead of when it expires: a credential
+// handed out before (an AdminCredentialRequest's) is no longer trusted,
+// while the admin kubeconfig and the credentials asked for after are.
+func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "revoked", nil)
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	d := waitForDeployment(t, cfg)
+	waitForPhase(t, cfg, d, rotation.CA.Name, "Stable")
+	credential := func(name string) *x509.Certificate {
+		t.Helper()
+		acr := credentialRequest(ns, name, "revoked", "ops", 3600, "ops")
+		if err := env.Client.Create(ctx, acr); err != nil {
+			t.Fatal(err)
+		}
+		var cert *x509.Certificate
+		eventually(t, 30*time.Second, "request "+name+" is answered", func() error {
+			s := &corev1.Secret{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: AdminCredentialSecretName(name)}, s); err != nil {
+				return err
+			}
+			kp := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey])
+			if kp == nil {
+				return fmt.Errorf("Secret %s holds no credential", s.Name)
+			}
+			cert = kp.Cert()
+			return nil
+		})
+		return cert
+	}
+	trusted := func(cert *x509.Certificate) error {
+		pool := x509.NewCertPool()
+		for _, c := range mustCerts(t, get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName("revoked")}}).Data[apiserver.CABundleKey]) {
+			pool.AddCert(c)
+		}
+		_, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		return err
+	}
+	before := credential("before")
+	if err := trusted(before); err != nil {
+		t.Fatalf("the credential is not trusted to begin with: %v", err)
+	}
+
+	annotate(t, cfg, v1alpha1.RevokeCAAnnotation, "leak-1")
+	waitForPhase(t, cfg, d, rotation.CA.Name, "TrustNew")
+	if err := trusted(before); err != nil {
+		t.Fatalf("while the new CA propagates, the old one must stay trusted: %v", err)
+	}
+	// SignWithNew, whose overlap the revocation ends once the reissued
+	// leaves rolled out, PruneOld, then Stable.
+	waitForPhase(t, cfg, d, rotation.CA.Name, "Stable")
+	caSecret := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName("revoked")}})
+	if bundle := mustCerts(t, caSecret.Data[apiserver.CABundleKey]); len(bundle) != 1 || !bundle[0].Equal(parseCert(t, caSecret.Data[corev1.TLSCertKey])) {
+		t.Fatalf("after the revocation the bundle holds %d CAs, want only the one that signs", len(bundle))
+	}
+	if err := trusted(before); err == nil {
+		t.Error("a credential the revoked CA signed is still trusted")
+	}
+	eventually(t, 20*time.Second, "the admin kubeconfig is signed by the new CA", func() error {
+		s := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.AdminKubeconfigSecretName("revoked")}, s); err != nil {
+			return err
+		}
+		kp := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey])
+		if kp == nil {
+			return fmt.Errorf("no admin certificate")
+		}
+		return trusted(kp.Cert())
+	})
+	if err := trusted(credential("after")); err != nil {
+		t.Errorf("a credential asked for after the revocation is not trusted: %v", err)
+	}
+}

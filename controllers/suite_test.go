@@ -112,5 +112,9 @@ func run(m *testing.M) (int, error) {
 	if err := schedules.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}
+	credentials := &AdminCredentialRequestReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator")}
+	if err := credentials.SetupWithManager(mgr); err != nil {
+		return 0, err
+	}
 	return env.RunManager(m, mgr, tenantIndex.WaitForCacheSync)
 }

@@ -170,6 +170,13 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 			}
 		}
 	}
+	// A tenant that publishes no admin kubeconfig has none left behind:
+	// nothing mounts it, so it goes at once.
+	if !apiserver.PublishesAdminKubeconfig(p.c) {
+		if err := r.deleteIfOwned(ctx, p.cfg, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: apiserver.AdminKubeconfigSecretName(p.cfg.Name)}}); err != nil {
+			return err
+		}
+	}
 	// Without spec.authorization.authorizers, the Secret of the chain goes
 	// once no pod mounts it: it holds copies of the webhooks' credentials.
 	if len(p.c.Spec.Authorization.Authorizers) == 0 && p.templateKept && p.rolledOut {
@@ -249,7 +256,10 @@ func (r *ApiServerConfigReconciler) reportApplied(_ context.Context, p *pass) er
 	st.ReadyReplicas = p.current.Status.ReadyReplicas
 	st.Selector = apiserver.Selector(p.cfg.Name)
 	st.Endpoint = p.c.Endpoint
-	st.AdminKubeconfigSecretName = apiserver.AdminKubeconfigSecretName(p.cfg.Name)
+	st.AdminKubeconfigSecretName = ""
+	if apiserver.PublishesAdminKubeconfig(p.c) {
+		st.AdminKubeconfigSecretName = apiserver.AdminKubeconfigSecretName(p.cfg.Name)
+	}
 	st.CacheSizing = sizingStatus(st.CacheSizing, p.c.Sizing)
 	st.Maintenance = p.maintenanceStatus()
 	p.requeueWithin(p.pki.nextRenewal.Sub(r.Clock.Now()))

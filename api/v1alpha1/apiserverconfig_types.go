@@ -171,6 +171,14 @@ type ApiServerConfigSpec struct {
 	// +optional
 	Certificates CertificatesSpec `json:"certificates,omitempty"`
 
+	// AdminCredentials says how long the admin kubeconfig's credential
+	// lives and whether the operator publishes it in a Secret at all. Ask
+	// for a credential of your own, with an expiry, with an
+	// AdminCredentialRequest.
+	// +kubebuilder:default={}
+	// +optional
+	AdminCredentials AdminCredentialsSpec `json:"adminCredentials,omitempty"`
+
 	// DeletionPolicy says what deleting the ApiServerConfig does to the
 	// tenant's data and to the keys that read it, together. Delete stops
 	// the apiservers, removes every key under spec.etcd.prefix on the main
@@ -1573,11 +1581,51 @@ const (
 // +kubebuilder:validation:Enum=Delete;Retain
 type PKIRetention string
 
+// AdminKubeconfigSecretMode says whether the operator publishes the admin
+// kubeconfig in a Secret.
+// +kubebuilder:validation:Enum=Enabled;Disabled
+type AdminKubeconfigSecretMode string
+
+// The admin kubeconfig Secret modes.
+const (
+	// AdminKubeconfigSecretEnabled: the Secret <name>-admin-kubeconfig
+	// holds a system:masters kubeconfig, renewed as its lifetime runs out.
+	AdminKubeconfigSecretEnabled AdminKubeconfigSecretMode = "Enabled"
+	// AdminKubeconfigSecretDisabled: no such Secret (one that exists is
+	// deleted); admin credentials come only from AdminCredentialRequests.
+	AdminKubeconfigSecretDisabled AdminKubeconfigSecretMode = "Disabled"
+)
+
+// AdminCredentialsSpec configures the admin kubeconfig.
+type AdminCredentialsSpec struct {
+	// Lifetime of the admin kubeconfig's client certificate, renewed after
+	// certificates.renewalPercent of it: whoever copied the kubeconfig
+	// out of its Secret holds a credential that works for this long at
+	// most. Nothing but a CA rotation revokes it before then.
+	// +kubebuilder:default="8h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10m')",message="must be at least 10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (a year)"
+	// +optional
+	Lifetime *metav1.Duration `json:"lifetime,omitempty"`
+
+	// KubeconfigSecret is Enabled to publish the admin kubeconfig in the
+	// Secret <name>-admin-kubeconfig (status.adminKubeconfigSecretName),
+	// Disabled to publish none: the operator keeps its own credential in
+	// memory, and people and tools ask for theirs with an
+	// AdminCredentialRequest.
+	// +kubebuilder:default=Enabled
+	// +optional
+	KubeconfigSecret AdminKubeconfigSecretMode `json:"kubeconfigSecret,omitempty"`
+}
+
 // CertificatesSpec configures the generated PKI.
 // +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.caValidity) || duration(self.validity) < duration(self.caValidity)",fieldPath=".validity",message="validity must be shorter than caValidity"
 type CertificatesSpec struct {
-	// Validity of leaf certificates (serving, clients, the admin's), at
-	// most a year: nothing but a CA rotation revokes one.
+	// Validity of leaf certificates (serving, the apiservers' clients), at
+	// most a year: nothing but a CA rotation revokes one. The admin
+	// kubeconfig's lives adminCredentials.lifetime.
 	// +kubebuilder:default="8760h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
@@ -1627,11 +1675,12 @@ type CertificatesSpec struct {
 	// +optional
 	ServiceAccountKeyRotationPeriod *metav1.Duration `json:"serviceAccountKeyRotationPeriod,omitempty"`
 
-	// RotationOverlap is how long a retired CA or service-account key stays
-	// trusted after its successor took over everywhere, for credentials
-	// handed out of the cluster (kubeconfigs, tokens) to be replaced. For the
-	// service-account key, the maximum token lifetime applies when it is
-	// longer, and with spec.konnectivity the agents' token lifetime (1h).
+	// RotationOverlap is how long a retired service-account key stays
+	// trusted after its successor took over everywhere, for tokens handed
+	// out of the cluster to be replaced; the maximum token lifetime applies
+	// when it is longer, and with spec.konnectivity the agents' token
+	// lifetime (1h). A retired CA stays trusted until it expires, unless
+	// the rotation was asked for with the revoke-ca annotation.
 	// +kubebuilder:default="24h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
@@ -1748,7 +1797,8 @@ type ApiServerConfigStatus struct {
 	Konnectivity *KonnectivityStatus `json:"konnectivity,omitempty"`
 
 	// AdminKubeconfigSecretName names the Secret, key value, that holds a
-	// kubeconfig with cluster-admin rights.
+	// kubeconfig with cluster-admin rights; empty with
+	// adminCredentials.kubeconfigSecret Disabled.
 	// +optional
 	AdminKubeconfigSecretName string `json:"adminKubeconfigSecretName,omitempty"`
 

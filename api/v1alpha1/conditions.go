@@ -69,6 +69,15 @@ const (
 	// RotateCAAnnotation starts a rotation of the cluster CA whenever its
 	// value changes.
 	RotateCAAnnotation = "controlplane.apiserver-operator.dev/rotate-ca"
+	// RevokeCAAnnotation revokes every certificate the cluster CA has
+	// signed so far whenever its value changes: a CA rotation starts (or
+	// the one under way goes on), and once the new CA signs everywhere the
+	// old CAs are no longer trusted, without the overlap that keeps them
+	// until they expire. Admin kubeconfigs and AdminCredentialRequest
+	// credentials issued before, and any client certificate signed with
+	// the old CA's key outside the operator (nodes' included), stop
+	// working.
+	RevokeCAAnnotation = "controlplane.apiserver-operator.dev/revoke-ca"
 	// RotateEncryptionKeyAnnotation starts a rotation of the encryption
 	// key (with the re-encryption of every stored object) whenever its
 	// value changes.

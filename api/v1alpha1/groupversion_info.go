@@ -30,7 +30,7 @@ var (
 // addKnownTypes adds the kinds of this package, and the options types that
 // list, get and watch requests of its group version decode into.
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &ApiServerConfig{}, &ApiServerConfigList{}, &ApiServerBackup{}, &ApiServerBackupList{}, &ApiServerBackupSchedule{}, &ApiServerBackupScheduleList{})
+	s.AddKnownTypes(GroupVersion, &ApiServerConfig{}, &ApiServerConfigList{}, &ApiServerBackup{}, &ApiServerBackupList{}, &ApiServerBackupSchedule{}, &ApiServerBackupScheduleList{}, &AdminCredentialRequest{}, &AdminCredentialRequestList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -3,6 +3,7 @@ package pki
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
@@ -70,4 +71,23 @@ func fullPKI(alg v1alpha1.KeyAlgorithm, dnsNames []string, ips []net.IP) error {
 	}
 	_, err = AdminKubeconfig("tenant", "https://api.example.com:6443", TrustBundle(now, ca.Cert()), admin.CertPEM(), adminKey)
 	return err
+}
+
+// BenchmarkCredential measures answering one AdminCredentialRequest, or
+// renewing one admin kubeconfig: a key, a certificate signed by the
+// tenant's CA and the kubeconfig around them.
+func BenchmarkCredential(b *testing.B) {
+	for _, alg := range []v1alpha1.KeyAlgorithm{KeyAlgorithmECDSAP256, KeyAlgorithmRSA2048} {
+		b.Run(string(alg), func(b *testing.B) {
+			ca, err := NewSelfSignedCA("kubernetes", alg, 10*year, now)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, _, err := Credential(ca, "tenant", "https://tenant.example.com:443", ca.CertPEM(), "alice", []string{"platform:oncall"}, alg, time.Hour, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

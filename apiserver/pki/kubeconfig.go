@@ -1,13 +1,17 @@
 package pki
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
 
 // AdminKubeconfig writes a kubeconfig for the admin user: one cluster named
@@ -57,4 +61,26 @@ func AdminKubeconfig(clusterName, serverURL string, caBundlePEM, certPEM, keyPEM
 		return nil, fmt.Errorf("writing the admin kubeconfig: %w", err)
 	}
 	return out, nil
+}
+
+// Credential is a kubeconfig for user in groups and the client certificate
+// it carries: signed by ca, valid for lifetime from now (clamped to the
+// CA's own expiry), trusting caBundlePEM at serverURL. It is what an
+// AdminCredentialRequest is answered with. The kubeconfig holds a private
+// key: store it in a Secret, never log it.
+func Credential(ca *KeyPair, clusterName, serverURL string, caBundlePEM []byte, user string, groups []string,
+	alg v1alpha1.KeyAlgorithm, lifetime time.Duration, now time.Time) ([]byte, *x509.Certificate, error) {
+	kp, err := NewSignedCert(ca, ClientCertConfigFor(user, groups...), alg, lifetime, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := kp.KeyPEM()
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding the key of %q: %w", user, err)
+	}
+	kubeconfig, err := AdminKubeconfig(clusterName, serverURL, caBundlePEM, kp.CertPEM(), key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kubeconfig, kp.Cert(), nil
 }

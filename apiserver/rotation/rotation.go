@@ -153,6 +153,9 @@ type State struct {
 	// Request is the last request for a rotation that a rotation answered
 	// (Inputs.Request); the caller keeps it apart from the JSON.
 	Request string `json:"-"`
+	// Distrusted is the last request to stop trusting the old signer at
+	// once that a rotation answered (Inputs.Distrust).
+	Distrusted string `json:"distrusted,omitempty"`
 }
 
 // Inputs are what Next needs beside the state.
@@ -175,6 +178,18 @@ type Inputs struct {
 	Overlap time.Duration
 	// Proven: nothing depends on the old signer any more (WaitProof).
 	Proven bool
+	// Distrust asks, when it is set and differs from the last answered
+	// one (State.Distrusted), that the old signer stop being trusted as
+	// soon as the new one signs everywhere: the overlap ends then, and
+	// what the old signer issued stops working. From the phase at rest it
+	// starts a rotation; during one it ends that rotation's overlap.
+	Distrust string
+}
+
+// distrustPending reports whether in asks for a distrust that s has not
+// answered yet.
+func distrustPending(s State, in Inputs) bool {
+	return in.Distrust != "" && in.Distrust != s.Distrusted
 }
 
 // Step returns the step of phase p, and false for a phase k does not have.
@@ -200,7 +215,7 @@ func (k Kind) Next(s State, in Inputs) (State, []Action) {
 	if s.Phase == "" {
 		// A signer seen for the first time is as new as a rotated one: a
 		// request already there is answered by it.
-		return State{Phase: k.Steps[0].Phase, Since: now, SignerSince: now, Request: in.Request}, nil
+		return State{Phase: k.Steps[0].Phase, Since: now, SignerSince: now, Request: in.Request, Distrusted: in.Distrust}, nil
 	}
 	step, ok := k.Step(s.Phase)
 	if !ok || !in.RolledOut {
@@ -227,6 +242,9 @@ func (k Kind) Next(s State, in Inputs) (State, []Action) {
 	}
 	if !k.TrustsOld(step.Next) {
 		next.OldNotAfter = time.Time{}
+		if distrustPending(s, in) {
+			next.Distrusted = in.Distrust
+		}
 	}
 	return next, slices.Clone(step.Actions)
 }
@@ -236,11 +254,11 @@ func (k Kind) waited(step Step, s State, in Inputs) bool {
 	now := in.Now
 	switch step.Wait {
 	case WaitDue:
-		return (in.Request != "" && in.Request != s.Request) || (!in.DueAt.IsZero() && !now.Before(in.DueAt))
+		return (in.Request != "" && in.Request != s.Request) || (!in.DueAt.IsZero() && !now.Before(in.DueAt)) || distrustPending(s, in)
 	case WaitPropagation:
 		return !now.Before(s.Since.Add(in.Propagation))
 	case WaitOverlap:
-		return !now.Before(s.RolledOutAt.Add(in.Overlap)) || (!s.OldNotAfter.IsZero() && now.After(s.OldNotAfter))
+		return !now.Before(s.RolledOutAt.Add(in.Overlap)) || (!s.OldNotAfter.IsZero() && now.After(s.OldNotAfter)) || distrustPending(s, in)
 	case WaitProof:
 		return in.Proven
 	default:
@@ -263,6 +281,9 @@ func (k Kind) WakeAt(s State, in Inputs) time.Time {
 	case WaitOverlap:
 		if s.RolledOutAt.IsZero() {
 			return time.Time{}
+		}
+		if distrustPending(s, in) {
+			return s.RolledOutAt
 		}
 		at := s.RolledOutAt.Add(in.Overlap)
 		if !s.OldNotAfter.IsZero() && s.OldNotAfter.Before(at) {

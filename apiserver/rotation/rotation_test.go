@@ -62,6 +62,22 @@ func TestNext_CA(t *testing.T) {
 		{name: "pruning rolled out: stable again", state: State{Phase: PruneOld, Since: renewAt, SignerSince: now}, at: renewAt.Add(day),
 			want: State{Phase: Stable, Since: renewAt.Add(day), SignerSince: now}},
 		{name: "unknown phase: do nothing", state: State{Phase: "Rotating", Since: now}, at: renewAt, want: State{Phase: "Rotating", Since: now}},
+
+		// Revocation: the old CA stops being trusted as soon as the new
+		// one signs everywhere.
+		{name: "first observation answers a distrust already there", at: now, change: func(in *Inputs) { in.Distrust = "leak" },
+			want: State{Phase: Stable, Since: now, SignerSince: now, Distrusted: "leak"}},
+		{name: "a distrust starts a rotation at once", state: stable, at: now.Add(day), change: func(in *Inputs) { in.Distrust = "leak" },
+			want: State{Phase: TrustNew, Since: now.Add(day), SignerSince: now, OldNotAfter: oldNotAfter}, wantActions: []Action{Generate}},
+		{name: "a distrust does not shorten the propagation", state: trustNew, at: renewAt.Add(time.Minute), change: func(in *Inputs) { in.Distrust = "leak" }, want: trustNew},
+		{name: "a distrust waits for the reissued leaves to roll out", state: signing, at: renewAt.Add(2 * day),
+			change: func(in *Inputs) { in.Distrust = "leak"; in.RolledOut = false }, want: signing},
+		{name: "a distrust ends the overlap once they rolled out", state: rolled, at: renewAt.Add(2 * day), change: func(in *Inputs) { in.Distrust = "leak" },
+			want: State{Phase: PruneOld, Since: renewAt.Add(2 * day), SignerSince: renewAt.Add(day), Distrusted: "leak"}},
+		{name: "a distrust answered keeps the next rotation's overlap", state: func() State { s := rolled; s.Distrusted = "leak"; return s }(),
+			at: renewAt.Add(3 * day), change: func(in *Inputs) { in.Distrust = "leak" }, want: func() State { s := rolled; s.Distrusted = "leak"; return s }()},
+		{name: "a distrust answered starts nothing", state: State{Phase: Stable, Since: now, SignerSince: now, Distrusted: "leak"}, at: now.Add(day),
+			change: func(in *Inputs) { in.Distrust = "leak" }, want: State{Phase: Stable, Since: now, SignerSince: now, Distrusted: "leak"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,6 +203,11 @@ func TestKind_WakeAt(t *testing.T) {
 		{"sign-with-new wakes when the overlap is over", State{Phase: SignWithNew, Since: now, RolledOutAt: now.Add(day)}, now.Add(8 * day)},
 		{"or just after the old signer expired", State{Phase: SignWithNew, Since: now, RolledOutAt: now.Add(day), OldNotAfter: now.Add(3 * day)}, now.Add(3*day + time.Second)},
 		{"prune-old waits for a rollout", State{Phase: PruneOld, Since: now}, time.Time{}},
+	}
+	distrust := in
+	distrust.Distrust = "leak"
+	if got, want := CA.WakeAt(State{Phase: SignWithNew, Since: now, RolledOutAt: now.Add(day)}, distrust), now.Add(day); !got.Equal(want) {
+		t.Errorf("sign-with-new with a distrust pending: WakeAt = %v, want %v (the rollout)", got, want)
 	}
 	for _, tt := range tests {
 		if got := CA.WakeAt(tt.state, in); !got.Equal(tt.want) {

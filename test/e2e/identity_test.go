@@ -26,6 +26,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,7 +55,12 @@ import (
 // tokens, and the pod template's config hash stays as it was. Its audit
 // events reach a webhook of its spec too (batches of at most a second):
 // the creation of a ConfigMap arrives in an EventList, and AuditDelivered
-// says that no event was lost.
+// says that no event was lost. The tenant publishes no admin kubeconfig:
+// the test asks for its admin credential with an AdminCredentialRequest,
+// as people would, and the operator does its work (reading the audit
+// counters) with a credential of its own. A credential asked for with
+// a minute's expiry works for its user and groups, then is refused, and
+// its Secret is gone.
 func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 	host := cluster.HostIP()
 	issuerA := oidcprovider.Listen(t, "issuer-a", net.JoinHostPort(host, "0"))
@@ -71,7 +77,10 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 	jwtA, jwtB, jwtC := oidcprovider.Authenticators(issuerA.URL(), issuerB.URL(), issuerC.URL())
 
 	mgmt := ctrlClient(t)
-	c, cfg, admin := startTenant(t, "identity", func(cfg *v1alpha1.ApiServerConfig) {
+	installOperator(t)
+	c := mgmt
+	cfg := localTenant(t, tenantNamespace(t), "identity")
+	{
 		// The objects the spec names, in the tenant's namespace: the
 		// issuers' CAs (C's for later) and the webhooks' kubeconfigs.
 		ns := cfg.Namespace
@@ -107,8 +116,40 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 			To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: host + "/32"}}},
 			Ports: ports,
 		}}}
-	})
-	_, rc := tenantClient(t, c, cfg)
+		// No admin kubeconfig in a Secret: credentials come on request.
+		cfg.Spec.AdminCredentials.KubeconfigSecret = v1alpha1.AdminKubeconfigSecretDisabled
+	}
+	if err := c.Create(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, cfg, 3*time.Minute)
+	if got := getTenant(t, c, cfg); got.Status.AdminKubeconfigSecretName != "" {
+		t.Errorf("with kubeconfigSecret Disabled status names admin kubeconfig Secret %q", got.Status.AdminKubeconfigSecretName)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.AdminKubeconfigSecretName(cfg.Name)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("with kubeconfigSecret Disabled the admin kubeconfig Secret: %v, want none", err)
+	}
+	admin, rc, _ := requestCredential(t, c, cfg, "e2e-admin", "e2e-admin", 3600, pki.SystemMastersGroup)
+	waitReachable(t, admin)
+	// oncall is cluster-admin through RBAC (a group bound in the tenant)
+	// for a minute.
+	ctx := context.Background()
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "ops-admins"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: "ops:admins"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	oncall, _, oncallRequest := requestCredential(t, c, cfg, "oncall", "oncall", 60, "ops:admins")
+	oncallUntil := oncallRequest.Status.ExpirationTimestamp.Time
+	if r, err := oncall.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{}); err != nil ||
+		r.Status.UserInfo.Username != "oncall" || !slices.Equal(r.Status.UserInfo.Groups, []string{"ops:admins", "system:authenticated"}) {
+		t.Errorf("the oncall credential authenticates as %+v (%v), want oncall in ops:admins", r, err)
+	}
+	if _, err := oncall.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("the oncall credential, cluster-admin through RBAC, lists namespaces: %v", err)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			logApiserverPods(t, c, cfg)
@@ -134,7 +175,6 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 
 	// Authorization: RBAC grants alice nothing; the webhook lets her read
 	// payments and is never asked about default.
-	ctx := context.Background()
 	created := time.Now()
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "payments"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -206,6 +246,89 @@ func TestOperator_IdentityFromJWTIssuersAndAnAuthorizationChain(t *testing.T) {
 		t.Errorf("the pod template's config hash went from %s to %s: adding an issuer rolls the pods", hashBefore, hashAfter)
 	}
 	waitReady(t, c, cfg, time.Minute)
+
+	// The oncall credential's minute is over: refused, its Secret gone.
+	var refusedAt time.Time
+	for deadline := oncallUntil.Add(time.Minute); ; {
+		_, err := oncall.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if apierrors.IsUnauthorized(err) {
+			refusedAt = time.Now()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the oncall credential expired (%s) the tenant still answers it: %v", oncallUntil.Format(time.RFC3339), err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if refusedAt.Before(oncallUntil) {
+		t.Errorf("the oncall credential was refused at %s, before it expired (%s)", refusedAt.Format(time.RFC3339Nano), oncallUntil.Format(time.RFC3339))
+	}
+	waitCredentialExpired(t, c, oncallRequest, time.Minute)
+	t.Logf("The oncall credential (60 s) was refused %s after its expiry; its Secret was deleted", refusedAt.Sub(oncallUntil).Round(100*time.Millisecond))
+}
+
+// requestCredential asks for a credential of cfg's tenant for user in
+// groups, lasting seconds, waits for the answer, and returns a client
+// with it (through the tenant's NodePort) and the answered request.
+func requestCredential(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, name, user string, seconds int32, groups ...string) (*kubernetes.Clientset, *rest.Config, *v1alpha1.AdminCredentialRequest) {
+	t.Helper()
+	ctx := context.Background()
+	acr := &v1alpha1.AdminCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: name},
+		Spec:       v1alpha1.AdminCredentialRequestSpec{ApiServerConfigName: cfg.Name, User: user, Groups: groups, ExpirationSeconds: seconds},
+	}
+	if err := c.Create(ctx, acr); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for deadline := time.Now().Add(time.Minute); ; {
+		got := &v1alpha1.AdminCredentialRequest{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(acr), got); err != nil {
+			last = err.Error()
+		} else if r := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); r != nil && r.Status == metav1.ConditionTrue {
+			secret := &corev1.Secret{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: got.Status.SecretName}, secret); err != nil {
+				t.Fatalf("reading the Secret %s of the answered request %s: %v", got.Status.SecretName, name, err)
+			}
+			cs, rc, err := kubeconfigClient(c, cfg, secret.Data[apiserver.KubeconfigKey])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return cs, rc, got
+		} else if r != nil {
+			last = r.Reason + ": " + r.Message
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("AdminCredentialRequest %s was not answered within a minute (last: %s)", name, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitCredentialExpired waits for the operator to end acr's credential:
+// its Secret deleted, Ready False with reason Expired.
+func waitCredentialExpired(t testing.TB, c client.Client, acr *v1alpha1.AdminCredentialRequest, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	var last string
+	for deadline := time.Now().Add(within); ; {
+		got := &v1alpha1.AdminCredentialRequest{}
+		err := c.Get(ctx, client.ObjectKeyFromObject(acr), got)
+		if err == nil {
+			r := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+			secretErr := c.Get(ctx, client.ObjectKey{Namespace: acr.Namespace, Name: acr.Status.SecretName}, &corev1.Secret{})
+			if r != nil && r.Status == metav1.ConditionFalse && r.Reason == v1alpha1.ReasonCredentialExpired && apierrors.IsNotFound(secretErr) {
+				return
+			}
+			last = fmt.Sprintf("Ready %v, Secret %s: %v", r, acr.Status.SecretName, secretErr)
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the expired credential of %s was not ended within %s (last: %s)", acr.Name, within, last)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // bearerClient is a client of the tenant (through the same address as

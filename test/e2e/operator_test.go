@@ -219,9 +219,16 @@ func tenantClientE(c client.Client, cfg *v1alpha1.ApiServerConfig) (*kubernetes.
 	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.AdminKubeconfigSecretName(cfg.Name)}, secret); err != nil {
 		return nil, nil, err
 	}
-	rc, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[apiserver.KubeconfigKey])
+	return kubeconfigClient(c, cfg, secret.Data[apiserver.KubeconfigKey])
+}
+
+// kubeconfigClient is a client of cfg's tenant with the credential of a
+// kubeconfig the operator wrote, through the tenant's NodePort.
+func kubeconfigClient(c client.Client, cfg *v1alpha1.ApiServerConfig, kubeconfig []byte) (*kubernetes.Clientset, *rest.Config, error) {
+	ctx := context.Background()
+	rc, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("loading the admin kubeconfig: %w", err)
+		return nil, nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	svc := &corev1.Service{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.ServiceName(cfg.Name)}, svc); err != nil {
@@ -287,6 +294,9 @@ func startClientLoop(call func(context.Context) error, interval time.Duration) *
 	}()
 	return l
 }
+
+// calls is how many calls the loop has made so far.
+func (l *clientLoop) calls() int64 { return l.ok.Load() + l.failed.Load() }
 
 // stopped ends the loop.
 func (l *clientLoop) stopped() {

@@ -1,0 +1,299 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+)
+
+// credentialRequest is an AdminCredentialRequest for user in groups.
+func credentialRequest(ns, name, tenantName, user string, seconds int32, groups ...string) *v1alpha1.AdminCredentialRequest {
+	return &v1alpha1.AdminCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1alpha1.AdminCredentialRequestSpec{ApiServerConfigName: tenantName, User: user, Groups: groups, ExpirationSeconds: seconds},
+	}
+}
+
+func readyOf(acr *v1alpha1.AdminCredentialRequest) *metav1.Condition {
+	return meta.FindStatusCondition(acr.Status.Conditions, v1alpha1.ConditionReady)
+}
+
+// printedRequest is the row `kubectl get acr -o wide` prints for acr.
+func printedRequest(t *testing.T, acr *v1alpha1.AdminCredentialRequest) map[string]string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table metav1.Table
+	err = cs.CoreV1().RESTClient().Get().AbsPath("/apis", v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version, "namespaces", acr.Namespace, "admincredentialrequests", acr.Name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(context.Background()).Into(&table)
+	if err != nil {
+		t.Fatalf("reading the printed columns of %s: %v", acr.Name, err)
+	}
+	if len(table.Rows) != 1 {
+		t.Fatalf("%d rows printed for %s", len(table.Rows), acr.Name)
+	}
+	row := map[string]string{}
+	for i, c := range table.ColumnDefinitions {
+		if i < len(table.Rows[0].Cells) && table.Rows[0].Cells[i] != nil {
+			row[c.Name] = fmt.Sprint(table.Rows[0].Cells[i])
+		}
+	}
+	return row
+}
+
+// TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry: a request waits
+// for its tenant, then is answered once with a kubeconfig whose client
+// certificate names the user and groups asked for, is signed by the
+// tenant's CA and expires when asked; the request's spec cannot change
+// after that. At expiry the Secret goes and the request says so. A Secret
+// of the name the credential would take, that is not the request's, is
+// neither overwritten nor handed out.
+func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	acr := credentialRequest(ns, "alice-oncall", "creds", "alice", 600, "platform:admins", "oncall")
+	if err := env.Client.Create(ctx, acr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "a request for a tenant that does not exist waits", func() error {
+		got := get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
+		if c := readyOf(got); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonTenantNotFound || !strings.Contains(c.Message, "no ApiServerConfig creds") {
+			return fmt.Errorf("Ready is %v", c)
+		}
+		return nil
+	})
+
+	cfg := tenant(ns, "creds", func(s *v1alpha1.ApiServerConfigSpec) {
+		s.AdminCredentials.KubeconfigSecret = v1alpha1.AdminKubeconfigSecretDisabled
+	})
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var got *v1alpha1.AdminCredentialRequest
+	eventually(t, 30*time.Second, "the request is answered once the tenant serves", func() error {
+		got = get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
+		if c := readyOf(got); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonCredentialIssued {
+			return fmt.Errorf("Ready is %v", c)
+		}
+		return nil
+	})
+	created := got.CreationTimestamp.Time
+	if got.Status.SecretName != "alice-oncall-kubeconfig" || got.Status.ExpirationTimestamp == nil || got.Status.SerialNumber == "" {
+		t.Fatalf("status is %+v", got.Status)
+	}
+	if exp := got.Status.ExpirationTimestamp.Time; exp.Before(created.Add(600*time.Second-time.Second)) || exp.After(time.Now().Add(600*time.Second+time.Second)) {
+		t.Errorf("the credential expires at %s, not 600 s after the request (created %s)", exp, created)
+	}
+
+	// The kubeconfig: the tenant's endpoint, its CA bundle, and a client
+	// certificate of the tenant's CA for alice in her groups that ends
+	// when status says.
+	tenantNow := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	secret := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: got.Status.SecretName}})
+	if !metav1.IsControlledBy(secret, got) {
+		t.Errorf("the credential's Secret is owned by %v, not the request", secret.OwnerReferences)
+	}
+	kc, err := clientcmd.Load(secret.Data[apiserver.KubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := kc.Contexts[kc.CurrentContext]
+	if current == nil || kc.Clusters[current.Cluster] == nil || kc.AuthInfos[current.AuthInfo] == nil {
+		t.Fatalf("the kubeconfig has no usable current context: %+v", kc)
+	}
+	if server := kc.Clusters[current.Cluster].Server; server != tenantNow.Status.Endpoint || server == "" {
+		t.Errorf("the kubeconfig's server is %q, the tenant's endpoint %q", server, tenantNow.Status.Endpoint)
+	}
+	kp, err := pki.ParseKeyPair(kc.AuthInfos[current.AuthInfo].ClientCertificateData, kc.AuthInfos[current.AuthInfo].ClientKeyData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := kp.Cert()
+	// A certificate keeps its Organizations as a set (DER sorts them).
+	if cert.Subject.CommonName != "alice" || !slices.Equal(slices.Sorted(slices.Values(cert.Subject.Organization)), []string{"oncall", "platform:admins"}) {
+		t.Errorf("the certificate is for %q in %v", cert.Subject.CommonName, cert.Subject.Organization)
+	}
+	if !cert.NotAfter.Equal(got.Status.ExpirationTimestamp.Time) || cert.SerialNumber.Text(16) != got.Status.SerialNumber {
+		t.Errorf("the certificate ends at %s with serial %s; status says %s and %s", cert.NotAfter, cert.SerialNumber.Text(16), got.Status.ExpirationTimestamp, got.Status.SerialNumber)
+	}
+	caSecret := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName("creds")}})
+	roots := x509.NewCertPool()
+	cas, err := certutil.ParseCertsPEM(caSecret.Data[apiserver.CABundleKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cas {
+		roots.AddCert(c)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("the tenant's CA bundle does not verify the credential as a client: %v", err)
+	}
+	if !bytes.Equal(kc.Clusters[current.Cluster].CertificateAuthorityData, caSecret.Data[apiserver.CABundleKey]) {
+		t.Error("the kubeconfig does not trust the tenant's CA bundle")
+	}
+
+	// kubectl get acr -o wide.
+	row := printedRequest(t, got)
+	for col, want := range map[string]string{"Tenant": "creds", "User": "alice", "Ready": "True", "Reason": "Issued",
+		"Expires": got.Status.ExpirationTimestamp.UTC().Format(time.RFC3339), "Secret": "alice-oncall-kubeconfig"} {
+		if row[col] != want {
+			t.Errorf("column %s prints %q, want %q (row %v)", col, row[col], want, row)
+		}
+	}
+	eventually(t, 20*time.Second, "an event on the tenant says who got what", func() error {
+		events := &eventsv1.EventList{}
+		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "AdminCredentialIssued" && e.Regarding.Name == "creds" && strings.Contains(e.Note, "user alice with groups platform:admins, oncall") &&
+				strings.Contains(e.Note, "serial "+got.Status.SerialNumber) && strings.Contains(e.Note, "AdminCredentialRequest alice-oncall") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no AdminCredentialIssued event among %d", len(events.Items))
+	})
+
+	// Answered once: the spec cannot be changed to another identity.
+	changed := got.DeepCopy()
+	changed.Spec.Groups = []string{"system:masters"}
+	if err := env.Client.Update(ctx, changed); err == nil || !strings.Contains(err.Error(), "spec is immutable") {
+		t.Errorf("changing an answered request's groups: %v", err)
+	}
+
+	// At expiry (a reconciler whose clock is past it), the Secret goes.
+	expired := &AdminCredentialRequestReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
+		Clock: clocktesting.NewFakePassiveClock(got.Status.ExpirationTimestamp.Add(time.Second))}
+	if _, err := expired.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(got)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Secret of an expired credential is still there: %v", err)
+	}
+	got = get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
+	if c := readyOf(got); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonCredentialExpired || got.Status.SecretName != "" || got.Status.ExpirationTimestamp == nil {
+		t.Errorf("after expiry, Ready is %v and status %+v", c, got.Status)
+	}
+	if row := printedRequest(t, got); row["Ready"] != "False" || row["Reason"] != "Expired" || row["Secret"] != "" {
+		t.Errorf("after expiry the row is %v", row)
+	}
+
+	// A Secret of the name the credential would take that is not the
+	// request's stays as it is, and nothing is issued.
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bob-kubeconfig"}, Data: map[string][]byte{"value": []byte("not yours")}}
+	if err := env.Client.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	bob := credentialRequest(ns, "bob", "creds", "bob", 600)
+	if err := env.Client.Create(ctx, bob); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "a request whose Secret name is taken says so", func() error {
+		got := get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: bob.ObjectMeta})
+		if c := readyOf(got); c == nil || c.Reason != v1alpha1.ReasonSecretNameTaken || got.Status.ExpirationTimestamp != nil {
+			return fmt.Errorf("Ready is %v, status %+v", c, got.Status)
+		}
+		return nil
+	})
+	if s := get(t, foreign); string(s.Data["value"]) != "not yours" || len(s.OwnerReferences) != 0 {
+		t.Errorf("the foreign Secret was changed: %v, owners %v", s.Data, s.OwnerReferences)
+	}
+}
+
+// TestApiServerConfigReconciler_AdminKubeconfigIsShortLivedAndCanBeTurnedOff:
+// the admin kubeconfig's certificate lives spec.adminCredentials.lifetime
+// (8h by default), one that would outlive a shortened lifetime is issued
+// again, and with kubeconfigSecret Disabled the Secret goes while the
+// operator keeps a credential of its own (status still tracks it).
+func TestApiServerConfigReconciler_AdminKubeconfigIsShortLivedAndCanBeTurnedOff(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "shortlived", nil)
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	adminCert := func() (*x509.Certificate, error) {
+		s := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.AdminKubeconfigSecretName("shortlived")}, s); err != nil {
+			return nil, err
+		}
+		kp := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey])
+		if kp == nil {
+			return nil, fmt.Errorf("Secret %s holds no admin certificate", s.Name)
+		}
+		return kp.Cert(), nil
+	}
+	lifetimeIs := func(want time.Duration) func() error {
+		return func() error {
+			cert, err := adminCert()
+			if err != nil {
+				return err
+			}
+			// Certificates keep whole seconds.
+			if got := cert.NotAfter.Sub(cert.NotBefore) - pki.ClockSkew; got < want-time.Second || got > want+time.Second {
+				return fmt.Errorf("the admin certificate lives %s, want %s", got, want)
+			}
+			if !slices.Equal(cert.Subject.Organization, []string{pki.SystemMastersGroup}) {
+				return fmt.Errorf("the admin certificate is in %v", cert.Subject.Organization)
+			}
+			got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+			for _, c := range got.Status.Certificates {
+				if c.Name == "admin" && c.NotAfter.Time.Equal(cert.NotAfter.UTC().Truncate(time.Second)) && got.Status.AdminKubeconfigSecretName == apiserver.AdminKubeconfigSecretName("shortlived") {
+					return nil
+				}
+			}
+			return fmt.Errorf("status does not report the admin certificate ending %s: %+v", cert.NotAfter, got.Status.Certificates)
+		}
+	}
+	eventually(t, 30*time.Second, "the admin kubeconfig lives 8h by default", lifetimeIs(8*time.Hour))
+
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) {
+		s.AdminCredentials.Lifetime = &metav1.Duration{Duration: 45 * time.Minute}
+	})
+	eventually(t, 30*time.Second, "a shortened lifetime issues the admin certificate again", lifetimeIs(45*time.Minute))
+
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) {
+		s.AdminCredentials.KubeconfigSecret = v1alpha1.AdminKubeconfigSecretDisabled
+	})
+	eventually(t, 30*time.Second, "Disabled deletes the admin kubeconfig", func() error {
+		if _, err := adminCert(); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the admin kubeconfig Secret: %w", err)
+		}
+		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+		if got.Status.AdminKubeconfigSecretName != "" || got.Status.ObservedGeneration != got.Generation {
+			return fmt.Errorf("status names %q (generation %d of %d)", got.Status.AdminKubeconfigSecretName, got.Status.ObservedGeneration, got.Generation)
+		}
+		if !slices.ContainsFunc(got.Status.Certificates, func(c v1alpha1.CertificateStatus) bool { return c.Name == "admin" }) {
+			return fmt.Errorf("status no longer tracks the operator's own admin certificate: %+v", got.Status.Certificates)
+		}
+		return nil
+	})
+
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) {
+		s.AdminCredentials.KubeconfigSecret = v1alpha1.AdminKubeconfigSecretEnabled
+	})
+	eventually(t, 30*time.Second, "Enabled publishes it again", lifetimeIs(45*time.Minute))
+}
