@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -65,8 +66,9 @@ func denyServer(t *testing.T) (url string, caPEM []byte, calls func() int) {
 // user ends a credential whose rights come from RBAC, at the reload and
 // without a restart; a credential in system:masters is not stopped by
 // it (that group skips every authorizer), which is why only a CA
-// revocation ends those.
-func TestRenderedAPIServer_AdminCredentialsExpireAndADenyWebhookRevokesAllButSystemMasters(t *testing.T) {
+// revocation ends those: once the client CA bundle no longer holds the
+// old CA, every credential it signed is refused, without a restart.
+func TestRenderedAPIServer_AdminCredentialsExpireAndAreRevokedByADenyWebhookOrTheCA(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
 	etcdCA := must(pki.NewSelfSignedCA("etcd-ca", ecdsa, 24*time.Hour, now))
@@ -207,7 +209,43 @@ func TestRenderedAPIServer_AdminCredentialsExpireAndADenyWebhookRevokesAllButSys
 	if denials() != asked {
 		t.Error("the webhook was asked about a system:masters request")
 	}
+
+	// Revoking the CA: the client CA bundle without the old CA, as
+	// revoke-ca publishes it once the new CA signs everywhere (the
+	// controllers' test follows the phases). kube-apiserver re-reads the
+	// file, and every credential of the old CA is refused, system:masters
+	// included; one of the new CA is taken.
+	newCA := must(pki.NewSelfSignedCA("kubernetes", ecdsa, 24*time.Hour, time.Now()))
+	newKubeconfig, _, err := pki.Credential(newCA, "creds", b.base, b.ca.CertPEM(), "oncall", []string{"ops:admins"}, ecdsa, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRC := must(clientcmd.RESTConfigFromKubeConfig(newKubeconfig))
+	newRC.TLSClientConfig.ServerName, newRC.QPS = "kubernetes.default.svc", -1
+	afterRevocation := must(kubernetes.NewForConfig(newRC))
+	bundle := b.root(apiserver.CAFile)
+	write(t, bundle+".new", newCA.CertPEM())
+	if err := os.Rename(bundle+".new", bundle); err != nil {
+		t.Fatal(err)
+	}
+	revoked = time.Now()
+	deadline = time.Now().Add(90 * time.Second)
+	for {
+		_, errMaster := whoAmI(leakedMaster)
+		_, errOther := whoAmI(other)
+		if apierrors.IsUnauthorized(errMaster) && apierrors.IsUnauthorized(errOther) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("90 s after the old CA left the client CA bundle, its credentials still authenticate: system:masters %v, oncall %v", errMaster, errOther)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("without the old CA in the bundle, its credentials (system:masters included) were refused within %s, without a restart", time.Since(revoked).Round(100*time.Millisecond))
+	if got, err := whoAmI(afterRevocation); err != nil || got.Username != "oncall" {
+		t.Errorf("a credential of the new CA authenticates as %+v: %v", got, err)
+	}
 	if b.process.ProcessState != nil {
-		t.Error("kube-apiserver exited during the reload")
+		t.Error("kube-apiserver exited during the reloads")
 	}
 }
