@@ -35,6 +35,10 @@ func validatePolicy(cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.ApiServerConfi
 	} else {
 		errs = append(errs, authorizationPolicy(cfg, spec.Authorization.Modes, specPath.Child("authorization", "modes"), "")...)
 	}
+	if revoke := cfg.Annotations[v1alpha1.RevokeCAAnnotation]; revoke != "" && spec.Certificates.CASecretName != "" {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(v1alpha1.RevokeCAAnnotation),
+			"the operator revokes only the CA it generates, and spec.certificates.caSecretName names a CA of your own: put a new CA in that Secret, and leave the old one out of the bundles your clients and the tenant trust"))
+	}
 	for i, p := range spec.Admission.EnablePlugins {
 		if p == "AlwaysDeny" {
 			errs = append(errs, field.Invalid(specPath.Child("admission", "enablePlugins").Index(i), p,

@@ -36,6 +36,13 @@ func TestValidate_Policy(t *testing.T) {
 		{"no RBAC", modes("Node"), "spec.authorization.modes", "pods never become Ready"},
 		{"AlwaysDeny before RBAC", modes("AlwaysDeny", "RBAC"), "spec.authorization.modes[0]", "never become Ready"},
 		{"AlwaysDeny after RBAC", modes("RBAC", "AlwaysDeny"), "", ""},
+		{"revoke-ca of the operator's CA", func(c *v1alpha1.ApiServerConfig) {
+			c.Annotations = map[string]string{v1alpha1.RevokeCAAnnotation: "leak"}
+		}, "", ""},
+		{"revoke-ca of a CA of the user's", func(c *v1alpha1.ApiServerConfig) {
+			c.Annotations = map[string]string{v1alpha1.RevokeCAAnnotation: "leak"}
+			c.Spec.Certificates.CASecretName = "my-ca"
+		}, "metadata.annotations[" + v1alpha1.RevokeCAAnnotation + "]", "revokes only the CA it generates"},
 		{"the AlwaysDeny admission plugin", func(c *v1alpha1.ApiServerConfig) {
 			c.Spec.Admission.EnablePlugins = []string{"PodNodeSelector", "AlwaysDeny"}
 		}, "spec.admission.enablePlugins[1]", "refuses every write"},

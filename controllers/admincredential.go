@@ -23,14 +23,17 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
 )
 
 // +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=admincredentialrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=admincredentialrequests/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=admincredentialrequests/finalizers,verbs=update
 
 // AdminCredentialSecretName names the Secret that holds the kubeconfig an
-// AdminCredentialRequest of that name was answered with.
-func AdminCredentialSecretName(request string) string { return request + "-kubeconfig" }
+// AdminCredentialRequest of that name was answered with: no name a tenant
+// gives its own objects ends so, so that a request cannot take one.
+func AdminCredentialSecretName(request string) string { return request + "-credential" }
 
 // AdminCredentialRequestLabel names, on the Secret of a credential, the
 // request it answers.
@@ -153,7 +156,7 @@ func (r *AdminCredentialRequestReconciler) issue(ctx context.Context, acr *v1alp
 		return ctrl.Result{}, err
 	}
 	if why != "" {
-		return ctrl.Result{}, r.refuse(ctx, acr, v1alpha1.ReasonTenantNotServing, why+": the request is answered once it has")
+		return ctrl.Result{}, r.refuse(ctx, acr, v1alpha1.ReasonTenantNotServing, why+"; the request is answered as soon as that changes")
 	}
 	alg := tenant.Spec.Certificates.KeyAlgorithm
 	if alg == "" {
@@ -220,6 +223,17 @@ func (r *AdminCredentialRequestReconciler) tenantSigner(ctx context.Context, ten
 	if !apiserver.ClaimOf(tenant.Name, tenant.UID, own).Own() {
 		return nil, nil, fmt.Sprintf("Secret %s/%s is not ApiServerConfig %s's CA", tenant.Namespace, name, tenant.Name), nil
 	}
+	if revoke := tenant.Annotations[v1alpha1.RevokeCAAnnotation]; revoke != "" && tenant.Spec.Certificates.CASecretName == "" {
+		// What the CA signs before the revocation's new CA signs is
+		// revoked with it minutes later.
+		state, err := apiserver.RotationStateOf(rotation.CA, own)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("reading the CA rotation of ApiServerConfig %s/%s: %w", tenant.Namespace, tenant.Name, err)
+		}
+		if state.Distrusted != revoke {
+			return nil, nil, fmt.Sprintf("ApiServerConfig %s's CA is being revoked (%s=%s), and what it signs now would be revoked too", tenant.Name, v1alpha1.RevokeCAAnnotation, revoke), nil
+		}
+	}
 	bundle := own.Data[apiserver.CABundleKey]
 	signerSecret := own
 	if user := tenant.Spec.Certificates.CASecretName; user != "" {
@@ -259,6 +273,9 @@ func (r *AdminCredentialRequestReconciler) issued(ctx context.Context, acr *v1al
 
 // expire deletes the Secret of a credential that expired, and says so.
 func (r *AdminCredentialRequestReconciler) expire(ctx context.Context, acr *v1alpha1.AdminCredentialRequest) error {
+	if c := meta.FindStatusCondition(acr.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == v1alpha1.ReasonCredentialExpired && acr.Status.SecretName == "" {
+		return nil
+	}
 	name := AdminCredentialSecretName(acr.Name)
 	s := &corev1.Secret{}
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: acr.Namespace, Name: name}, s); {
@@ -268,9 +285,6 @@ func (r *AdminCredentialRequestReconciler) expire(ctx context.Context, acr *v1al
 		}
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading Secret %s/%s: %w", acr.Namespace, name, err)
-	}
-	if c := meta.FindStatusCondition(acr.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == v1alpha1.ReasonCredentialExpired && acr.Status.SecretName == "" {
-		return nil
 	}
 	acr.Status.SecretName = ""
 	meta.SetStatusCondition(&acr.Status.Conditions, metav1.Condition{

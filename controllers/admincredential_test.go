@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,7 +103,7 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 		return nil
 	})
 	created := got.CreationTimestamp.Time
-	if got.Status.SecretName != "alice-oncall-kubeconfig" || got.Status.ExpirationTimestamp == nil || got.Status.SerialNumber == "" {
+	if got.Status.SecretName != "alice-oncall-credential" || got.Status.ExpirationTimestamp == nil || got.Status.SerialNumber == "" {
 		t.Fatalf("status is %+v", got.Status)
 	}
 	if exp := got.Status.ExpirationTimestamp.Time; exp.Before(created.Add(600*time.Second-time.Second)) || exp.After(time.Now().Add(600*time.Second+time.Second)) {
@@ -158,7 +160,7 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	// kubectl get acr -o wide.
 	row := printedRequest(t, got)
 	for col, want := range map[string]string{"Tenant": "creds", "User": "alice", "Ready": "True", "Reason": "Issued",
-		"Expires": got.Status.ExpirationTimestamp.UTC().Format(time.RFC3339), "Secret": "alice-oncall-kubeconfig"} {
+		"Expires": got.Status.ExpirationTimestamp.UTC().Format(time.RFC3339), "Secret": "alice-oncall-credential"} {
 		if row[col] != want {
 			t.Errorf("column %s prints %q, want %q (row %v)", col, row[col], want, row)
 		}
@@ -203,7 +205,7 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 
 	// A Secret of the name the credential would take that is not the
 	// request's stays as it is, and nothing is issued.
-	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bob-kubeconfig"}, Data: map[string][]byte{"value": []byte("not yours")}}
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bob-credential"}, Data: map[string][]byte{"value": []byte("not yours")}}
 	if err := env.Client.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
@@ -296,4 +298,42 @@ func TestApiServerConfigReconciler_AdminKubeconfigIsShortLivedAndCanBeTurnedOff(
 		s.AdminCredentials.KubeconfigSecret = v1alpha1.AdminKubeconfigSecretEnabled
 	})
 	eventually(t, 30*time.Second, "Enabled publishes it again", lifetimeIs(45*time.Minute))
+}
+
+// TestDeploymentInputs_LeaveTheAdminCredentialsOut: what a pod reads does
+// not change with spec.adminCredentials, so the hash of what the tenant
+// decides does not either: an operator template held for a maintenance
+// window is not taken as the tenant's change when the operator's upgrade
+// brings the field's defaults into every stored spec. A spec without the
+// field writes no adminCredentials key (the JSON of specs of before).
+func TestDeploymentInputs_LeaveTheAdminCredentialsOut(t *testing.T) {
+	cfg := tenant("inputs", "inputs", nil)
+	c, err := apiserver.Complete(cfg, apiserver.Inputs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pass{cfg: cfg, c: c, refs: &referenced{}, desired: &apiserver.Objects{ConfigMap: &corev1.ConfigMap{}}}
+	before, err := p.deploymentInputs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Spec.AdminCredentials = v1alpha1.AdminCredentialsSpec{Lifetime: &metav1.Duration{Duration: 8 * time.Hour}, KubeconfigSecret: v1alpha1.AdminKubeconfigSecretDisabled}
+	after, err := p.deploymentInputs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("spec.adminCredentials changes the tenant's inputs hash from %s to %s", before, after)
+	}
+	cfg.Spec.Profiling = ptr.To(true)
+	if changed, _ := p.deploymentInputs(); changed == before {
+		t.Error("the inputs hash does not follow the spec at all")
+	}
+	data, err := json.Marshal(v1alpha1.ApiServerConfigSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "adminCredentials") {
+		t.Errorf("a spec without adminCredentials writes it: %s", data)
+	}
 }

@@ -127,7 +127,7 @@ func templateHash(d *appsv1.Deployment) (string, error) {
 
 // deploymentInputs hashes what the tenant decides, not the operator: the
 // spec (but for the fields no pod reads: its maintenance windows, its
-// deletion policy, its restore), the sizing in force, and the content of
+// deletion policy, its restore, its admin credentials), the sizing in force, and the content of
 // the files kube-apiserver reads only at start (its key material, the
 // users' files, the configuration files rendered from them: what the pod
 // template's config hash covers, without the command line). Files it
@@ -135,7 +135,7 @@ func templateHash(d *appsv1.Deployment) (string, error) {
 // is the rest of the operator's rendering (flags, probes, images).
 func (p *pass) deploymentInputs() (string, error) {
 	spec := p.cfg.Spec.DeepCopy()
-	spec.Maintenance, spec.DeletionPolicy, spec.Restore = nil, "", nil
+	spec.Maintenance, spec.DeletionPolicy, spec.Restore, spec.AdminCredentials = nil, "", nil, v1alpha1.AdminCredentialsSpec{}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
 		return "", fmt.Errorf("hashing the spec: %w", err)

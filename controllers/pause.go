@@ -89,7 +89,7 @@ func (r *ApiServerConfigReconciler) waitingWhilePaused(ctx context.Context, cfg 
 			waiting = append(waiting, fmt.Sprintf("the %s rotation requested by %s=%s", rot.kind.Name, rot.annotation, request))
 		}
 	}
-	if revoke := cfg.Annotations[v1alpha1.RevokeCAAnnotation]; revoke != "" {
+	if revoke := cfg.Annotations[v1alpha1.RevokeCAAnnotation]; revoke != "" && cfg.Spec.Certificates.CASecretName == "" {
 		holder := &corev1.Secret{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.CASecretName(cfg.Name)}, holder); err == nil {
 			if state, err := apiserver.RotationStateOf(rotation.CA, holder); err == nil && state.Distrusted != revoke {

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
@@ -332,10 +333,13 @@ func TestApiServerConfigReconciler_WritesEachObjectOncePerPassThroughARotation(t
 }
 
 // TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned:
-// revoke-ca runs a CA rotation whose old CA leaves the bundle as soon as
-// the new one signs everywhere, instead of when it expires: a credential
-// handed out before (an AdminCredentialRequest's) is no longer trusted,
-// while the admin kubeconfig and the credentials asked for after are.
+// revoke-ca, on a tenant whose earlier CA rotation keeps its old CA until
+// it expires, ends that overlap and runs a rotation of its own whose new
+// CA is generated after the request; once that CA signs everywhere the
+// bundle holds it alone. Credentials handed out before (an
+// AdminCredentialRequest's, signed by the CA that signed then) are no
+// longer trusted; a request made during the revocation waits and is
+// answered by the new CA, as the admin kubeconfig is.
 func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, nil)
@@ -345,18 +349,31 @@ func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *t
 	}
 	d := waitForDeployment(t, cfg)
 	waitForPhase(t, cfg, d, rotation.CA.Name, "Stable")
-	credential := func(name string) *x509.Certificate {
+	caSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName("revoked")}}
+	first := parseCert(t, get(t, caSecret).Data[corev1.TLSCertKey])
+	// An ordinary rotation: its old CA stays trusted until it expires.
+	annotate(t, cfg, v1alpha1.RotateCAAnnotation, "1")
+	waitForPhase(t, cfg, d, rotation.CA.Name, "SignWithNew")
+	second := parseCert(t, get(t, caSecret).Data[corev1.TLSCertKey])
+
+	credential := func(name string, want string) *x509.Certificate {
 		t.Helper()
 		acr := credentialRequest(ns, name, "revoked", "ops", 3600, "ops")
-		if err := env.Client.Create(ctx, acr); err != nil {
+		// Created once: a second call waits for another answer.
+		if err := env.Client.Create(ctx, acr); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 		var cert *x509.Certificate
-		eventually(t, 30*time.Second, "request "+name+" is answered", func() error {
-			s := &corev1.Secret{}
-			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: AdminCredentialSecretName(name)}, s); err != nil {
-				return err
+		eventually(t, 60*time.Second, "request "+name+" is "+want, func() error {
+			got := get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
+			if c := readyOf(got); c == nil || c.Reason != want {
+				actAsDeploymentController(t, d)
+				return fmt.Errorf("Ready is %v", c)
 			}
+			if want != v1alpha1.ReasonCredentialIssued {
+				return nil
+			}
+			s := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: got.Status.SecretName}})
 			kp := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey])
 			if kp == nil {
 				return fmt.Errorf("Secret %s holds no credential", s.Name)
@@ -368,31 +385,40 @@ func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *t
 	}
 	trusted := func(cert *x509.Certificate) error {
 		pool := x509.NewCertPool()
-		for _, c := range mustCerts(t, get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName("revoked")}}).Data[apiserver.CABundleKey]) {
+		for _, c := range mustCerts(t, get(t, caSecret).Data[apiserver.CABundleKey]) {
 			pool.AddCert(c)
 		}
 		_, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 		return err
 	}
-	before := credential("before")
-	if err := trusted(before); err != nil {
-		t.Fatalf("the credential is not trusted to begin with: %v", err)
+	before := credential("before", v1alpha1.ReasonCredentialIssued)
+	if err := before.CheckSignatureFrom(second); err != nil || trusted(before) != nil {
+		t.Fatalf("the credential is not signed by the CA that signs (%v) or not trusted (%v)", err, trusted(before))
 	}
 
 	annotate(t, cfg, v1alpha1.RevokeCAAnnotation, "leak-1")
-	waitForPhase(t, cfg, d, rotation.CA.Name, "TrustNew")
-	if err := trusted(before); err != nil {
-		t.Fatalf("while the new CA propagates, the old one must stay trusted: %v", err)
+	credential("during", v1alpha1.ReasonTenantNotServing)
+	if c := readyOf(get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "during"}})); !strings.Contains(c.Message, "being revoked") {
+		t.Errorf("a request during the revocation waits with %q", c.Message)
 	}
-	// SignWithNew, whose overlap the revocation ends once the reissued
-	// leaves rolled out, PruneOld, then Stable.
-	waitForPhase(t, cfg, d, rotation.CA.Name, "Stable")
-	caSecret := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName("revoked")}})
-	if bundle := mustCerts(t, caSecret.Data[apiserver.CABundleKey]); len(bundle) != 1 || !bundle[0].Equal(parseCert(t, caSecret.Data[corev1.TLSCertKey])) {
-		t.Fatalf("after the revocation the bundle holds %d CAs, want only the one that signs", len(bundle))
-	}
+	// The ordinary rotation's overlap ends, then the revocation's own
+	// rotation runs: done when the bundle holds one CA, neither of the two.
+	var third *x509.Certificate
+	eventually(t, 60*time.Second, "the revocation ends with a bundle of a new CA alone", func() error {
+		bundle := mustCerts(t, get(t, caSecret).Data[apiserver.CABundleKey])
+		if phase := storedPhase(t, cfg, rotation.CA.Name); phase != "Stable" || len(bundle) != 1 || bundle[0].Equal(first) || bundle[0].Equal(second) {
+			actAsDeploymentController(t, d)
+			return fmt.Errorf("phase %s, %d CAs in the bundle", phase, len(bundle))
+		}
+		third = bundle[0]
+		return nil
+	})
 	if err := trusted(before); err == nil {
 		t.Error("a credential the revoked CA signed is still trusted")
+	}
+	during := credential("during", v1alpha1.ReasonCredentialIssued)
+	if err := during.CheckSignatureFrom(third); err != nil {
+		t.Errorf("the request made during the revocation was answered by another CA than the new one: %v", err)
 	}
 	eventually(t, 20*time.Second, "the admin kubeconfig is signed by the new CA", func() error {
 		s := &corev1.Secret{}
@@ -403,9 +429,6 @@ func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *t
 		if kp == nil {
 			return fmt.Errorf("no admin certificate")
 		}
-		return trusted(kp.Cert())
+		return kp.Cert().CheckSignatureFrom(third)
 	})
-	if err := trusted(credential("after")); err != nil {
-		t.Errorf("a credential asked for after the revocation is not trusted: %v", err)
-	}
 }

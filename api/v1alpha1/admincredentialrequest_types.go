@@ -87,7 +87,7 @@ type AdminCredentialRequestStatus struct {
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expirationTimestamp`
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.status.secretName`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 242",message="metadata.name must be at most 242 characters: the credential's Secret is <name>-kubeconfig"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 242",message="metadata.name must be at most 242 characters: the credential's Secret is <name>-credential"
 type AdminCredentialRequest struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

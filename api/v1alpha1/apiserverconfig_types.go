@@ -177,7 +177,7 @@ type ApiServerConfigSpec struct {
 	// AdminCredentialRequest.
 	// +kubebuilder:default={}
 	// +optional
-	AdminCredentials AdminCredentialsSpec `json:"adminCredentials,omitempty"`
+	AdminCredentials AdminCredentialsSpec `json:"adminCredentials,omitzero"`
 
 	// DeletionPolicy says what deleting the ApiServerConfig does to the
 	// tenant's data and to the keys that read it, together. Delete stops
@@ -1601,7 +1601,8 @@ type AdminCredentialsSpec struct {
 	// Lifetime of the admin kubeconfig's client certificate, renewed after
 	// certificates.renewalPercent of it: whoever copied the kubeconfig
 	// out of its Secret holds a credential that works for this long at
-	// most. Nothing but a CA rotation revokes it before then.
+	// most. Nothing but a CA revocation (the revoke-ca annotation) ends it
+	// before then.
 	// +kubebuilder:default="8h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
@@ -1624,13 +1625,14 @@ type AdminCredentialsSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.caValidity) || duration(self.validity) < duration(self.caValidity)",fieldPath=".validity",message="validity must be shorter than caValidity"
 type CertificatesSpec struct {
 	// Validity of leaf certificates (serving, the apiservers' clients), at
-	// most a year: nothing but a CA rotation revokes one. The admin
-	// kubeconfig's lives adminCredentials.lifetime.
+	// most a year: nothing but a CA revocation (the revoke-ca annotation)
+	// ends one before then. The admin kubeconfig's lives
+	// adminCredentials.lifetime.
 	// +kubebuilder:default="8760h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h')",message="must be at least 1h"
-	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (a year): nothing but a CA rotation revokes a certificate, the admin's system:masters one included"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (a year): nothing but a CA revocation (the revoke-ca annotation) ends a certificate before it expires"
 	// +optional
 	Validity *metav1.Duration `json:"validity,omitempty"`
 

@@ -156,6 +156,10 @@ type State struct {
 	// Distrusted is the last request to stop trusting the old signer at
 	// once that a rotation answered (Inputs.Distrust).
 	Distrusted string `json:"distrusted,omitempty"`
+	// Distrusting is the request the rotation under way answers: it
+	// started (generated its new signer) after the request came, so that
+	// its PruneOld drops every signer trusted when it came.
+	Distrusting string `json:"distrusting,omitempty"`
 }
 
 // Inputs are what Next needs beside the state.
@@ -179,10 +183,13 @@ type Inputs struct {
 	// Proven: nothing depends on the old signer any more (WaitProof).
 	Proven bool
 	// Distrust asks, when it is set and differs from the last answered
-	// one (State.Distrusted), that the old signer stop being trusted as
-	// soon as the new one signs everywhere: the overlap ends then, and
-	// what the old signer issued stops working. From the phase at rest it
-	// starts a rotation; during one it ends that rotation's overlap.
+	// one (State.Distrusted), that every signer trusted now stop being
+	// trusted: a rotation generates a signer after the request, and as
+	// soon as that one signs everywhere the overlap ends, so that what
+	// the others issued stops working. From the phase at rest it starts
+	// that rotation. A rotation under way when it comes, whose next
+	// signer may be as compromised as the old one, ends its overlap at
+	// once, and the rotation that answers the request starts after it.
 	Distrust string
 }
 
@@ -236,14 +243,18 @@ func (k Kind) Next(s State, in Inputs) (State, []Action) {
 		if in.Request != s.Request && in.Request != "" {
 			next.Request = in.Request
 		}
+		next.Distrusting = ""
+		if distrustPending(s, in) {
+			next.Distrusting = in.Distrust
+		}
 	}
 	if slices.Contains(step.Actions, SwitchSigner) {
 		next.SignerSince = now
 	}
 	if !k.TrustsOld(step.Next) {
 		next.OldNotAfter = time.Time{}
-		if distrustPending(s, in) {
-			next.Distrusted = in.Distrust
+		if s.Distrusting != "" {
+			next.Distrusted, next.Distrusting = s.Distrusting, ""
 		}
 	}
 	return next, slices.Clone(step.Actions)
