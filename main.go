@@ -114,6 +114,7 @@ type options struct {
 	namespacedPrefixes            bool
 	deletionConfirmation          bool
 	stallAfter                    time.Duration
+	caTrustPropagation            time.Duration
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -204,6 +205,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Before a minor upgrade, how long no client may have called an API the target version no longer serves (as the running apiservers count them) before the upgrade goes ahead; the annotation "+apiserver.AllowRemovedAPICallsAnnotation+"=<version> lets it go at once.")
 	fs.DurationVar(&o.stallAfter, "stall-after", controllers.DefaultStallAfter,
 		"How long an environment failure (a Secret or ConfigMap the spec names missing, etcd unreachable, apiserver pods that cannot be scheduled, pull their image or stay up) lasts before the ApiServerConfig is marked Stalled, which GitOps tools read as failed.")
+	fs.DurationVar(&o.caTrustPropagation, "ca-trust-propagation", controllers.DefaultCATrustPropagation,
+		"How long a new CA of a tenant is trusted beside the old one before it signs, in a CA rotation: long enough for kubelet to write the new bundle into the apiserver pods (at its next sync of them), for kube-apiserver to re-read it, and for the clients of the admin kubeconfig to fetch it again.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -216,6 +219,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.stallAfter <= 0 {
 		return nil, fmt.Errorf("--stall-after is %s: it must be positive", o.stallAfter)
+	}
+	if o.caTrustPropagation <= 0 {
+		return nil, fmt.Errorf("--ca-trust-propagation is %s: it must be positive", o.caTrustPropagation)
 	}
 	if strings.Contains(o.watchNamespaceFilter, ",") {
 		return nil, fmt.Errorf("--watch-namespace=%q names several namespaces: the operator watches one, or all with an empty value (OLM's MultiNamespace install mode is not supported)", o.watchNamespaceFilter)
@@ -364,6 +370,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		KonnectivityWatchInterval: o.agentWatchInterval,
 		AuditWatchInterval:        o.auditWatchInterval,
 		RemovedAPIQuietPeriod:     o.removedAPIQuiet,
+		CATrustPropagation:        o.caTrustPropagation,
 		TenantIndex:               tenants,
 		BackupDir:                 o.backupDir,
 		Datastores:                datastores,

@@ -19,10 +19,12 @@ import (
 // so that a retired CA leaves the bundle when it expires.
 const keepUntilExpiry = 200 * 365 * 24 * time.Hour
 
-// defaultCATrustPropagation is the least time a new CA is trusted before it
-// signs: kube-apiserver re-reads its client CA bundle about every minute,
-// and clients holding the admin kubeconfig need a moment to fetch it again.
-const defaultCATrustPropagation = 2 * time.Minute
+// DefaultCATrustPropagation is the least time a new CA is trusted before it
+// signs (--ca-trust-propagation): kubelet writes the new bundle into the
+// apiserver pods at its next sync of them (every minute by default),
+// kube-apiserver re-reads its client CA bundle about every minute, and
+// clients holding the admin kubeconfig need a moment to fetch it again.
+const DefaultCATrustPropagation = 2 * time.Minute
 
 // rotator runs one rotation.Kind on the pass's material: where its state
 // lives, what it waits for and what its actions change. A new rotation is
@@ -71,7 +73,7 @@ func (r *ApiServerConfigReconciler) rotators() []rotator {
 					DueAt:          pki.RenewAt(signer, p.c.Spec.Certificates.RenewalPercent),
 					SignerNotAfter: signer.NotAfter,
 					Request:        p.cfg.Annotations[v1alpha1.RotateCAAnnotation],
-					Propagation:    cmp.Or(r.CATrustPropagation, defaultCATrustPropagation),
+					Propagation:    cmp.Or(r.CATrustPropagation, DefaultCATrustPropagation),
 					Distrust:       p.cfg.Annotations[v1alpha1.RevokeCAAnnotation],
 					// Old CAs stay trusted until they expire, as library-go does.
 					Overlap: keepUntilExpiry,

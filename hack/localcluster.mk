@@ -151,10 +151,14 @@ cluster-down: $(LOCALCLUSTER) ## Stop the local cluster and remove its namespace
 # they fail or are killed, cluster-down cleans up after them.
 .PHONY: test-e2e
 # The local-cluster benchmarks run once too, small, so that they keep
-# working: make bench runs them for real.
+# working: make bench runs them for real. -parallel 4: the tests that call
+# t.Parallel (mostly waiting: kstatus_test.go's six tenants, upgrade_test.go
+# and sizing_test.go) run four at a time, not two as GOMAXPROCS on 2 cores
+# would have it; more, and the tenants' kube-apiservers starting at once
+# make each slower than the time saved.
 test-e2e: localcluster-binaries ## Run the end-to-end tests on a local cluster that they start and stop (needs root).
 	LOCALCLUSTER_DIR=$(LOCALCLUSTER_DIR) LOCALCLUSTER_BIN_DIR=$(LOCALBIN) LOCALCLUSTER_IMAGES_DIR=$(IMAGES_DIR) BENCH_TENANTS=3 BENCH_SECRETS=500 BENCH_BURST_SPECS=200 BENCH_BACKUP_OBJECTS=1000 \
-		go test -tags e2e ./test/e2e/... -count=1 -timeout 30m -v -bench Tenant -benchtime 1x \
+		go test -tags e2e ./test/e2e/... -count=1 -timeout 30m -parallel 4 -v -bench Tenant -benchtime 1x \
 		|| { rc=$$?; $(LOCALCLUSTER) down --dir $(LOCALCLUSTER_DIR); exit $$rc; }
 
 ##@ Try it

@@ -65,8 +65,8 @@ func TestOperator_TenantsOnADatastoreCannotReadEachOthersKeys(t *testing.T) {
 	// The e2e operator reads its datastores again after 1 s.
 	time.Sleep(2 * time.Second)
 
-	c, a, aTenant := startTenant(t, "etcd-user-a", nil)
-	_, b, _ := startTenant(t, "etcd-user-b", nil)
+	c, cfgs, tenants := startTenants(t, tenantSpec{"etcd-user-a", nil}, tenantSpec{"etcd-user-b", nil})
+	a, aTenant, b := cfgs[0], tenants[0], cfgs[1]
 	if _, err := aTenant.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a-only"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("tenant a writing: %v", err)
 	}

@@ -13,7 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -379,14 +381,14 @@ func execIn(ctx context.Context, rc *rest.Config, cmd ...string) (string, error)
 	return stdout.String(), nil
 }
 
-// tenantKubectlE runs kubectl against the tenant with its admin kubeconfig
-// and returns its output and error, bounded by timeout.
-func tenantKubectlE(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, timeout time.Duration, args ...string) (string, error) {
-	t.Helper()
+// tenantKubectlE runs kubectl against the tenant with tenantArgs (those of
+// tenantKubectlArgs) and returns its output and error, bounded by timeout.
+// It calls no t.Fatal: goroutines may run it.
+func tenantKubectlE(tenantArgs []string, timeout time.Duration, args ...string) (string, error) {
 	// kubectl's own --request-timeout, when given, says why first.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
 	defer cancel()
-	cmd := cluster.Kubectl(ctx, append(tenantKubectlArgs(t, c, cfg), args...)...)
+	cmd := cluster.Kubectl(ctx, append(slices.Clone(tenantArgs), args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -395,13 +397,13 @@ func tenantKubectlE(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig
 var forwardedPort = regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) ->`)
 
 // portForward runs kubectl port-forward to the workload through the
-// tenant and GETs / through it.
-func portForward(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, timeout time.Duration) (string, error) {
-	t.Helper()
+// tenant, with tenantArgs (those of tenantKubectlArgs), and GETs / through
+// it. It calls no t.Fatal: goroutines may run it.
+func portForward(tenantArgs []string, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// Port 0: kubectl picks a free local port and says which.
-	cmd := cluster.Kubectl(ctx, append(tenantKubectlArgs(t, c, cfg), "-n", "default", "port-forward", "pod/"+nodeAppName, fmt.Sprintf(":%d", nodeAppPort))...)
+	cmd := cluster.Kubectl(ctx, append(slices.Clone(tenantArgs), "-n", "default", "port-forward", "pod/"+nodeAppName, fmt.Sprintf(":%d", nodeAppPort))...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", err
@@ -444,25 +446,43 @@ func portForward(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, t
 
 // nodeCalls are kubectl logs, exec and port-forward against the workload
 // through the tenant; each returns an error when the call failed or did
-// not answer what the workload says.
+// not answer what the workload says. The three run at once: where they
+// fail, each waits for its own timeout.
 func nodeCalls(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig, timeout time.Duration) map[string]error {
 	t.Helper()
+	// Read here: tenantKubectlArgs may call t.Fatal, which only the test's
+	// goroutine may.
+	args := tenantKubectlArgs(t, c, cfg)
+	var mu sync.Mutex
 	out := map[string]error{}
-	if logs, err := tenantKubectlE(t, c, cfg, timeout, "-n", "default", "logs", nodeAppName, "--request-timeout", timeout.String()); err != nil {
-		out["logs"] = fmt.Errorf("%w: %s", err, strings.TrimSpace(logs))
-	} else if !strings.Contains(logs, "tick ") {
-		out["logs"] = fmt.Errorf("kubectl logs has no tick of the workload: %q", logs)
+	failed := func(call string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		out[call] = err
 	}
-	if echo, err := tenantKubectlE(t, c, cfg, timeout, "-n", "default", "exec", nodeAppName, "--request-timeout", timeout.String(), "--", "/nodeapp", "echo", "through", "the", "tunnel"); err != nil {
-		out["exec"] = fmt.Errorf("%w: %s", err, strings.TrimSpace(echo))
-	} else if strings.TrimSpace(echo) != "through the tunnel" {
-		out["exec"] = fmt.Errorf("kubectl exec answered %q", echo)
-	}
-	if body, err := portForward(t, c, cfg, timeout); err != nil {
-		out["port-forward"] = err
-	} else if !strings.HasPrefix(body, "nodeapp on ") {
-		out["port-forward"] = fmt.Errorf("GET through kubectl port-forward answered %q", body)
-	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if logs, err := tenantKubectlE(args, timeout, "-n", "default", "logs", nodeAppName, "--request-timeout", timeout.String()); err != nil {
+			failed("logs", fmt.Errorf("%w: %s", err, strings.TrimSpace(logs)))
+		} else if !strings.Contains(logs, "tick ") {
+			failed("logs", fmt.Errorf("kubectl logs has no tick of the workload: %q", logs))
+		}
+	})
+	wg.Go(func() {
+		if echo, err := tenantKubectlE(args, timeout, "-n", "default", "exec", nodeAppName, "--request-timeout", timeout.String(), "--", "/nodeapp", "echo", "through", "the", "tunnel"); err != nil {
+			failed("exec", fmt.Errorf("%w: %s", err, strings.TrimSpace(echo)))
+		} else if strings.TrimSpace(echo) != "through the tunnel" {
+			failed("exec", fmt.Errorf("kubectl exec answered %q", echo))
+		}
+	})
+	wg.Go(func() {
+		if body, err := portForward(args, timeout); err != nil {
+			failed("port-forward", err)
+		} else if !strings.HasPrefix(body, "nodeapp on ") {
+			failed("port-forward", fmt.Errorf("GET through kubectl port-forward answered %q", body))
+		}
+	})
+	wg.Wait()
 	return out
 }
 

@@ -119,8 +119,8 @@ func (tr *kstatusTrack) waitFor(t *testing.T, name string, want kstatus.Status, 
 // once the cause is fixed. The failures run side by side.
 func TestOperator_GitOpsHealthFollowsTheTenant(t *testing.T) {
 	// Mostly waiting for --stall-after: it runs beside the other such
-	// test (upgrade_test.go) once the sequential ones, which count failed
-	// requests, are done.
+	// tests (upgrade_test.go, sizing_test.go) once the sequential ones,
+	// which count failed requests, are done.
 	t.Parallel()
 	installOperator(t)
 	c := ctrlClient(t)

@@ -58,15 +58,15 @@ func TestOperator_TenantsCannotReachEachOtherOrTheManagementNetwork(t *testing.T
 	}
 	management := startForwarder(t, host, mgmt.Host)
 
-	c, fenced, fencedClient := startTenant(t, "fenced", func(cfg *v1alpha1.ApiServerConfig) {
+	c, cfgs, clients := startTenants(t, tenantSpec{"fenced", func(cfg *v1alpha1.ApiServerConfig) {
 		cfg.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyEnforced, Egress: []networkingv1.NetworkPolicyEgressRule{{
 			To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: host + "/32"}}},
 			Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(int32(allowed.port)))}},
 		}}}
-	})
-	_, open, openClient := startTenant(t, "open", func(cfg *v1alpha1.ApiServerConfig) {
+	}}, tenantSpec{"open", func(cfg *v1alpha1.ApiServerConfig) {
 		cfg.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyNone}
-	})
+	}})
+	fenced, fencedClient, open, openClient := cfgs[0], clients[0], cfgs[1], clients[1]
 
 	got := &v1alpha1.ApiServerConfig{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(fenced), got); err != nil {

@@ -442,17 +442,39 @@ func waitReachable(t testing.TB, tenant *kubernetes.Clientset) {
 // until it is Ready and reachable through its NodePort.
 func startTenant(t testing.TB, name string, mutate func(*v1alpha1.ApiServerConfig)) (client.Client, *v1alpha1.ApiServerConfig, *kubernetes.Clientset) {
 	t.Helper()
+	c, cfgs, tenants := startTenants(t, tenantSpec{name, mutate})
+	return c, cfgs[0], tenants[0]
+}
+
+// tenantSpec names a tenant of startTenants and changes the sample for it.
+type tenantSpec struct {
+	name   string
+	mutate func(*v1alpha1.ApiServerConfig)
+}
+
+// startTenants is startTenant for several tenants: it creates them all,
+// then waits for each, so that their apiservers start side by side.
+func startTenants(t testing.TB, specs ...tenantSpec) (client.Client, []*v1alpha1.ApiServerConfig, []*kubernetes.Clientset) {
+	t.Helper()
 	installOperator(t)
 	c := ctrlClient(t)
-	cfg := localTenant(t, tenantNamespace(t), name)
-	if mutate != nil {
-		mutate(cfg)
+	var cfgs []*v1alpha1.ApiServerConfig
+	for _, s := range specs {
+		cfg := localTenant(t, tenantNamespace(t), s.name)
+		if s.mutate != nil {
+			s.mutate(cfg)
+		}
+		if err := c.Create(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		cfgs = append(cfgs, cfg)
 	}
-	if err := c.Create(context.Background(), cfg); err != nil {
-		t.Fatal(err)
+	var tenants []*kubernetes.Clientset
+	for _, cfg := range cfgs {
+		waitReady(t, c, cfg, 3*time.Minute)
+		tenant, _ := tenantClient(t, c, cfg)
+		waitReachable(t, tenant)
+		tenants = append(tenants, tenant)
 	}
-	waitReady(t, c, cfg, 3*time.Minute)
-	tenant, _ := tenantClient(t, c, cfg)
-	waitReachable(t, tenant)
-	return c, cfg, tenant
+	return c, cfgs, tenants
 }

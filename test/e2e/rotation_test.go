@@ -91,6 +91,39 @@ func (r *refreshingClient) get() (*kubernetes.Clientset, *rest.Config, error) {
 	return r.cs, r.rc, nil
 }
 
+// refreshedAfter reports whether the client was rebuilt after at.
+func (r *refreshingClient) refreshedAfter(at time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cs != nil && r.last.After(at)
+}
+
+// waitCallsAfterRefresh waits, bounded by timeout, until admin has read
+// the admin kubeconfig again after since, then until each loop has made
+// three more calls: at least two of them with what was read.
+func waitCallsAfterRefresh(t testing.TB, admin *refreshingClient, since time.Time, timeout time.Duration, loops ...*clientLoop) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !admin.refreshedAfter(since) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the clients did not read the admin kubeconfig again within %s", timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	want := make([]int64, len(loops))
+	for i, l := range loops {
+		want[i] = l.calls() + 3
+	}
+	for i, l := range loops {
+		for l.calls() < want[i] {
+			if time.Now().After(deadline) {
+				t.Fatalf("a client made %d of 3 calls after the admin kubeconfig was read again, within %s", 3-(want[i]-l.calls()), timeout)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
 // Scenario 4: serving certificate renewal, CA rotation and service-account
 // key rotation while clients call the tenant and exec into a pod of a node
 // behind NAT, through konnectivity: no request or exec fails, the serving
@@ -201,21 +234,23 @@ func TestOperator_RotationsFailNoRequest(t *testing.T) {
 		t.Errorf("renewing the serving certificate restarted apiservers: %v -> %v", pods, after)
 	}
 
-	// Service-account key, all four phases (overlap 24h by default: the
-	// old key stays trusted past this test, as it should).
+	// The service-account key (overlap 24h by default: the old key stays
+	// trusted past this test, as it should) and the CA (trusted beside the
+	// old one, then signing; leaves reissued), asked for at once: each
+	// moves by one phase per pass once what its last phase published rolled
+	// out, so the key's rollouts run while the new CA waits to be trusted
+	// everywhere (--ca-trust-propagation) before it signs.
 	start := time.Now()
-	managementKubectl(t, "-n", ns, "annotate", "asc/rotated", v1alpha1.RotateServiceAccountKeyAnnotation+"=e2e")
+	managementKubectl(t, "-n", ns, "annotate", "asc/rotated", v1alpha1.RotateServiceAccountKeyAnnotation+"=e2e", v1alpha1.RotateCAAnnotation+"=e2e")
 	waitPhase(t, c, cfg, "service-account-key", "SignWithNew", 5*time.Minute)
-	waitReady(t, c, cfg, 3*time.Minute)
-	t.Logf("service-account key rotation to SignWithNew (two rollouts) in %s", time.Since(start).Round(time.Second))
-
-	// CA: trusted beside the old one, then signing; leaves reissued.
-	start = time.Now()
-	managementKubectl(t, "-n", ns, "annotate", "asc/rotated", v1alpha1.RotateCAAnnotation+"=e2e")
+	t.Logf("service-account key rotation in SignWithNew after %s", time.Since(start).Round(time.Second))
 	waitPhase(t, c, cfg, "ca", "SignWithNew", 6*time.Minute)
+	t.Logf("CA rotation in SignWithNew after %s", time.Since(start).Round(time.Second))
 	waitReady(t, c, cfg, 3*time.Minute)
-	t.Logf("CA rotation to SignWithNew in %s", time.Since(start).Round(time.Second))
-	time.Sleep(10 * time.Second)
+	t.Logf("both rotations in SignWithNew and rolled out in %s", time.Since(start).Round(time.Second))
+	// The clients go on past the rotations, with what they fetch after
+	// them: the admin kubeconfig read again, then a few calls of each.
+	waitCallsAfterRefresh(t, admin, time.Now(), time.Minute, adminLoop, tokenLoop, execLoop)
 
 	adminLoop.finish(t, "admin client during the rotations")
 	tokenLoop.finish(t, "client with a token issued before the rotations")

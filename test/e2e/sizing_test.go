@@ -89,6 +89,11 @@ func expectSettled(t testing.TB, c client.Client, cfg *v1alpha1.ApiServerConfig,
 // maintenance window, the next resize waits for it, and is done when it
 // opens.
 func TestOperator_CacheSizingRollsOnceAndSettles(t *testing.T) {
+	// Mostly waiting for rollouts, the operator's observations and the
+	// maintenance window's minute, and it counts no failed request: it
+	// runs beside the other such tests (kstatus_test.go, upgrade_test.go)
+	// once the sequential ones, which count failed requests, are done.
+	t.Parallel()
 	installOperator(t)
 	c := ctrlClient(t)
 	ns := tenantNamespace(t)

@@ -388,8 +388,8 @@ func removedBetaAPI(t testing.TB, from, to string) (gv, resource string) {
 // not before.
 func TestOperator_UpgradeWaitsForClientsOfRemovedAPIs(t *testing.T) {
 	// Mostly waiting for the quiet period: it runs beside the other such
-	// test (kstatus_test.go) once the sequential ones, which count failed
-	// requests, are done.
+	// tests (kstatus_test.go, sizing_test.go) once the sequential ones,
+	// which count failed requests, are done.
 	t.Parallel()
 	from, to := upgradeVersions(t)
 	gv, resource := removedBetaAPI(t, from, to)
