@@ -96,7 +96,7 @@ type ApiServerConfigReconciler struct {
 	ResizePolicy       apiserver.ResizePolicy
 	AutoSizingInterval time.Duration
 	// CATrustPropagation is the least time a new CA is trusted before it
-	// signs (defaultCATrustPropagation when zero).
+	// signs (DefaultCATrustPropagation when zero).
 	CATrustPropagation time.Duration
 	// Namespaces limits the watch of the users' Secrets and ConfigMaps to
 	// the namespaces the manager's cache watches (all when nil).
