@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -44,26 +43,7 @@ func readyOf(acr *v1alpha1.AdminCredentialRequest) *metav1.Condition {
 // printedRequest is the row `kubectl get acr -o wide` prints for acr.
 func printedRequest(t *testing.T, acr *v1alpha1.AdminCredentialRequest) map[string]string {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table metav1.Table
-	err = cs.CoreV1().RESTClient().Get().AbsPath("/apis", v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version, "namespaces", acr.Namespace, "admincredentialrequests", acr.Name).
-		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(context.Background()).Into(&table)
-	if err != nil {
-		t.Fatalf("reading the printed columns of %s: %v", acr.Name, err)
-	}
-	if len(table.Rows) != 1 {
-		t.Fatalf("%d rows printed for %s", len(table.Rows), acr.Name)
-	}
-	row := map[string]string{}
-	for i, c := range table.ColumnDefinitions {
-		if i < len(table.Rows[0].Cells) && table.Rows[0].Cells[i] != nil {
-			row[c.Name] = fmt.Sprint(table.Rows[0].Cells[i])
-		}
-	}
-	return row
+	return printedRow(t, "admincredentialrequests", acr)
 }
 
 // TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry: a request waits

@@ -40,23 +40,29 @@ func waitForPaused(t *testing.T, cfg *v1alpha1.ApiServerConfig, waiting ...strin
 	return current
 }
 
-// printed is the row `kubectl get asc` prints for cfg: each column's cell
-// by the column's name, as the API server computes them from the CRD's
-// printer columns.
+// printed is the row `kubectl get asc` prints for cfg.
 func printed(t *testing.T, cfg *v1alpha1.ApiServerConfig) map[string]string {
+	t.Helper()
+	return printedRow(t, "apiserverconfigs", cfg)
+}
+
+// printedRow is the row `kubectl get <resource> -o wide` prints for obj,
+// of the operator's group: each column's cell by the column's name, as the
+// API server computes them from the CRD's printer columns.
+func printedRow(t *testing.T, resource string, obj client.Object) map[string]string {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var table metav1.Table
-	err = cs.CoreV1().RESTClient().Get().AbsPath("/apis", v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version, "namespaces", cfg.Namespace, "apiserverconfigs", cfg.Name).
+	err = cs.CoreV1().RESTClient().Get().AbsPath("/apis", v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version, "namespaces", obj.GetNamespace(), resource, obj.GetName()).
 		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(context.Background()).Into(&table)
 	if err != nil {
-		t.Fatalf("reading the printed columns of %s: %v", cfg.Name, err)
+		t.Fatalf("reading the printed columns of %s %s: %v", resource, obj.GetName(), err)
 	}
 	if len(table.Rows) != 1 {
-		t.Fatalf("%d rows printed for %s", len(table.Rows), cfg.Name)
+		t.Fatalf("%d rows printed for %s %s", len(table.Rows), resource, obj.GetName())
 	}
 	row := map[string]string{}
 	for i, c := range table.ColumnDefinitions {
