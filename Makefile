@@ -165,7 +165,7 @@ build: manifests generate fmt vet ## Build the operator binary.
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the operator against the cluster of the current kubeconfig (webhooks off: they need a certificate the cluster trusts).
-	go run ./main.go --webhooks=false
+	go run ./main.go --webhooks=false --ownership-key-secret=kube-system/apiserver-operator-ownership-key
 
 .PHONY: bundled
 bundled: $(KUBE_APISERVER) $(KUBE_APISERVERS) $(ETCD) $(KUBECTL) $(KUBE_VALIDATORS) ## Build every bundled kube-apiserver, their validators, etcd and kubectl into bin/.

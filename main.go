@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -40,6 +41,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 	"github.com/apiserver-operator/apiserver-operator/controllers/webhooks"
@@ -115,6 +117,7 @@ type options struct {
 	deletionConfirmation          bool
 	stallAfter                    time.Duration
 	caTrustPropagation            time.Duration
+	ownershipKey                  string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -191,6 +194,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Namespace of the platform's etcd datastores: Secrets labelled "+controllers.DatastoreLabel+"=true naming etcd servers run with authentication and their client CA, on which each tenant gets an etcd user limited to its prefix. Empty is the operator's own namespace ($POD_NAMESPACE).")
 	fs.DurationVar(&o.datastoreReload, "etcd-datastore-reload", controllers.DefaultDatastoreReload,
 		"How long the etcd datastores read last are used before they are listed again: a new or changed datastore is taken up within it.")
+	fs.StringVar(&o.ownershipKey, "ownership-key-secret", "",
+		"Secret, as <namespace>/<name>, of the key with which the controllers prove that they wrote a tenant's Secrets and Deployment (made at the first start; back it up with the platform's Secrets). Default: "+ownership.DefaultSecretName+" in the manager's namespace ($POD_NAMESPACE).")
 	fs.StringVar(&o.backupDir, "backup-dir", "",
 		"The backup volume: where ApiServerBackups with storage.volume keep their archives, as <namespace>/<name>.backup (mount a persistent volume there). Empty refuses storage.volume.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
@@ -231,6 +236,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 			return nil, fmt.Errorf("--watch-filter=%q: %s (it is a label value and names the instance's lease)", o.watchFilter, strings.Join(errs, "; "))
 		}
 		o.leaderElectionID += "-" + o.watchFilter
+	}
+	if o.ownershipKey == "" && os.Getenv("POD_NAMESPACE") != "" {
+		o.ownershipKey = os.Getenv("POD_NAMESPACE") + "/" + ownership.DefaultSecretName
+	}
+	if ns, name, ok := strings.Cut(o.ownershipKey, "/"); o.ownershipKey != "" && (!ok || ns == "" || name == "") {
+		return nil, fmt.Errorf("--ownership-key-secret=%q: give the Secret of the ownership key as <namespace>/<name>", o.ownershipKey)
 	}
 	if !o.controllers && !o.webhooks {
 		return nil, errors.New("--controllers=false and --webhooks=false leave the manager nothing to do: turn one on")
@@ -333,9 +344,26 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("creating the controller manager: %w", err)
 	}
 
+	var owners *apiserver.Ownership
+	if o.controllers {
+		if o.ownershipKey == "" {
+			return errors.New("the controllers need the Secret of their ownership key: set --ownership-key-secret=<namespace>/<name>, or $POD_NAMESPACE for the default")
+		}
+		ns, name, _ := strings.Cut(o.ownershipKey, "/")
+		direct, err := client.New(restConfig, client.Options{Scheme: scheme})
+		if err != nil {
+			return fmt.Errorf("creating a client for the ownership key: %w", err)
+		}
+		if owners, err = ownership.Load(ctx, direct, types.NamespacedName{Namespace: ns, Name: name}); err != nil {
+			return err
+		}
+	}
 	// Every ApiServerConfig, whatever this instance watches: what
 	// admission and the deletion of a tenant's data compare a tenant with.
 	var indexOpts []tenantindex.Option
+	if owners != nil {
+		indexOpts = append(indexOpts, tenantindex.WithMarkProofs(owners))
+	}
 	switch {
 	case !o.controllers && !o.admissionRetainedData:
 		indexOpts = append(indexOpts, tenantindex.WithoutRetainedData())
@@ -355,6 +383,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	reconciler := &controllers.ApiServerConfigReconciler{
 		Client:                    mgr.GetClient(),
+		Ownership:                 owners,
 		APIReader:                 mgr.GetAPIReader(),
 		Scheme:                    mgr.GetScheme(),
 		Recorder:                  mgr.GetEventRecorder("apiserver-operator"),
@@ -382,7 +411,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		backups := &controllers.ApiServerBackupReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, Dir: o.backupDir,
-			Datastores: datastores,
+			Datastores: datastores, Ownership: owners,
 		}
 		if err := backups.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackup controller: %w", err)
@@ -391,7 +420,8 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err := schedules.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackupSchedule controller: %w", err)
 		}
-		credentials := &controllers.AdminCredentialRequestReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator")}
+		credentials := &controllers.AdminCredentialRequestReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+			Recorder: mgr.GetEventRecorder("apiserver-operator"), Ownership: owners}
 		if err := credentials.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the AdminCredentialRequest controller: %w", err)
 		}

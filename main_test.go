@@ -93,6 +93,7 @@ func TestManager_ServesProbesSecureMetricsAndElectsALeader(t *testing.T) {
 			"--leader-election-namespace=default",
 			"--leader-election-id=" + leaseName,
 			"--webhooks=false",
+			"--ownership-key-secret=default/apiserver-operator-ownership-key",
 		})
 	}()
 

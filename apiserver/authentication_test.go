@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 )
 
 // withJWT is the minimal sample with an OIDC issuer whose CA is in a
@@ -215,5 +217,39 @@ func TestNetworkPolicyWarnings_NameEveryIssuerNoRuleReaches(t *testing.T) {
 	if len(issuers) != 2 || !strings.Contains(issuers[0], "port 443, where the OIDC issuer https://legacy.example.com serves") ||
 		!strings.Contains(issuers[1], "port 5556, where the issuer of spec.authentication.jwt[0] (https://dex.idp.svc:5556/") {
 		t.Fatalf("warnings about issuers: %q", issuers)
+	}
+}
+
+// An issuer's CA named in a Secret key that also holds a private key (a
+// combined PEM, or the tenant's own CA Secret) brings its certificates
+// into the configuration, which is in a ConfigMap the namespace's viewers
+// read, and never the key.
+func TestAuthenticationConfig_TakesOnlyTheCertificatesOfAnIssuersCA(t *testing.T) {
+	ca, err := pki.NewSelfSignedCA("issuer", v1alpha1.KeyAlgorithm("ECDSAP256"), time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := complete(t, withJWT(t), Inputs{})
+	refs := IssuerCARefs(&c.Spec)
+	combined := append(append([]byte{}, key...), ca.CertPEM()...)
+	out, err := AuthenticationConfig(c, map[string][]byte{refs[0].Key(): ca.CertPEM(), refs[1].Key(): combined})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte("PRIVATE KEY")) {
+		t.Fatalf("the authentication configuration holds the private key:\n%s", out)
+	}
+	var cfg apiserverv1.AuthenticationConfiguration
+	if err := yaml.UnmarshalStrict(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for i, j := range []int{0, 2} {
+		if got := cfg.JWT[j].Issuer.CertificateAuthority; got != string(ca.CertPEM()) {
+			t.Errorf("issuer %d: its CA is %q, want the certificate alone", i, got)
+		}
 	}
 }

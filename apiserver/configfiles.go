@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"slices"
 	"time"
@@ -45,7 +46,7 @@ func AuthenticationConfig(c *Completed, issuerCAs map[string][]byte) ([]byte, er
 	if o := a.OIDC; o != nil {
 		var ca []byte
 		if refs := IssuerCARefs(&c.Spec); len(refs) > 0 && o.CAConfigMapName != "" {
-			ca = issuerCAs[refs[0].Key()]
+			ca = certificatesOnly(issuerCAs[refs[0].Key()])
 		}
 		jwt := apiserverv1.JWTAuthenticator{
 			Issuer: apiserverv1.Issuer{
@@ -65,7 +66,7 @@ func AuthenticationConfig(c *Completed, issuerCAs map[string][]byte) ([]byte, er
 	for i, j := range a.JWT {
 		var ca []byte
 		if ref, ok := jwtCARef(j, i); ok {
-			ca = issuerCAs[ref.Key()]
+			ca = certificatesOnly(issuerCAs[ref.Key()])
 		}
 		cfg.JWT = append(cfg.JWT, jwtAuthenticator(j, ca))
 	}
@@ -74,6 +75,32 @@ func AuthenticationConfig(c *Completed, issuerCAs map[string][]byte) ([]byte, er
 		return nil, fmt.Errorf("rendering the authentication configuration: %w", err)
 	}
 	return out, nil
+}
+
+// certificatesOnly is data without its PEM blocks that are not
+// certificates: an issuer's CA may be named in a Secret key that also holds
+// a private key, and the authentication configuration is in a ConfigMap,
+// readable by the namespace's viewers. Data holding certificates only is
+// kept byte for byte (the file, and so the pods, stay as they were).
+func certificatesOnly(data []byte) []byte {
+	var certs []byte
+	foreign := false
+	for rest := data; ; {
+		block, next := pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type == "CERTIFICATE" && len(block.Headers) == 0 {
+			certs = append(certs, pem.EncodeToMemory(block)...)
+		} else {
+			foreign = true
+		}
+		rest = next
+	}
+	if !foreign {
+		return data
+	}
+	return certs
 }
 
 // jwtAuthenticator is upstream's form of an authenticator of

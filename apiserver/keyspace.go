@@ -33,18 +33,40 @@ type EtcdKeyspace struct {
 
 // KeyspaceOf is the keyspace of spec.etcd.
 func KeyspaceOf(spec *v1alpha1.EtcdSpec) EtcdKeyspace {
-	k := EtcdKeyspace{Prefix: path.Join("/", cmp.Or(spec.Prefix, DefaultEtcdPrefix))}
-	for _, s := range newEtcdPlacement(spec).Servers {
+	return EtcdKeyspace{Prefix: path.Join("/", cmp.Or(spec.Prefix, DefaultEtcdPrefix)), Addresses: EtcdAddresses(newEtcdPlacement(spec).Servers)}
+}
+
+// EtcdAddresses are the host:port of the etcd server URLs, the host in
+// lower case, sorted and distinct (as EtcdKeyspace.Addresses).
+func EtcdAddresses(servers []string) []string {
+	var out []string
+	for _, s := range servers {
 		u, err := url.Parse(s)
 		if err != nil || u.Hostname() == "" {
 			continue // admission accepts only URLs with a host and a port
 		}
 		host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
-		k.Addresses = append(k.Addresses, net.JoinHostPort(host, u.Port()))
+		out = append(out, net.JoinHostPort(host, u.Port()))
 	}
-	slices.Sort(k.Addresses)
-	k.Addresses = slices.Compact(k.Addresses)
-	return k
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// EtcdSetsOf are the etcd clusters spec stores in (EtcdPlacement.Sets):
+// each set of server URLs once.
+func EtcdSetsOf(spec *v1alpha1.EtcdSpec) [][]string { return newEtcdPlacement(spec).Sets }
+
+// SetsOn are the sets of etcd server URLs (Completed.Etcd.Sets) that have
+// one of addresses (EtcdAddresses): the etcd clusters a keyspace of those
+// addresses is on.
+func SetsOn(sets [][]string, addresses []string) [][]string {
+	var out [][]string
+	for _, set := range sets {
+		if slices.ContainsFunc(EtcdAddresses(set), func(a string) bool { return slices.Contains(addresses, a) }) {
+			out = append(out, set)
+		}
+	}
+	return out
 }
 
 // Overlaps reports whether k and o share a server and a key.

@@ -59,6 +59,9 @@ type AdminCredentialRequestReconciler struct {
 	Scheme    *runtime.Scheme
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+	// Ownership checks that the tenant's CA Secret is the operator's
+	// (see ApiServerConfigReconciler.Ownership).
+	Ownership *apiserver.Ownership
 	// MaxConcurrentReconciles is how many requests are answered at once
 	// (2 when zero): each costs a key generation and a signature.
 	MaxConcurrentReconciles int
@@ -220,7 +223,7 @@ func (r *AdminCredentialRequestReconciler) tenantSigner(ctx context.Context, ten
 		}
 		return nil, nil, "", fmt.Errorf("reading Secret %s/%s: %w", tenant.Namespace, name, err)
 	}
-	if !apiserver.ClaimOf(tenant.Name, tenant.UID, own).Own() {
+	if !claimOf(r.Ownership, tenant, own).Own() {
 		return nil, nil, fmt.Sprintf("Secret %s/%s is not ApiServerConfig %s's CA", tenant.Namespace, name, tenant.Name), nil
 	}
 	if revoke := tenant.Annotations[v1alpha1.RevokeCAAnnotation]; revoke != "" && tenant.Spec.Certificates.CASecretName == "" {

@@ -167,7 +167,7 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	}
 
 	// At expiry (a reconciler whose clock is past it), the Secret goes.
-	expired := &AdminCredentialRequestReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
+	expired := &AdminCredentialRequestReconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
 		Clock: clocktesting.NewFakePassiveClock(got.Status.ExpirationTimestamp.Add(time.Second))}
 	if _, err := expired.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(got)}); err != nil {
 		t.Fatal(err)

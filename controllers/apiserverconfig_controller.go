@@ -75,6 +75,10 @@ type ApiServerConfigReconciler struct {
 	Scheme    *runtime.Scheme
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+	// Ownership proves that the operator wrote a tenant's Secrets and
+	// Deployment, and checks it before one is read as key material or
+	// taken as evidence (ownership.Load).
+	Ownership *apiserver.Ownership
 	// Etcd checks and counts the tenants' etcd; nil skips both (tests of
 	// the rendering only).
 	Etcd tenantio.Etcd

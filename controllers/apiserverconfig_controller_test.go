@@ -283,7 +283,7 @@ func TestApiServerConfigReconciler_CASurvivesEditsAndRestarts(t *testing.T) {
 	})
 
 	// An operator restart (a reconciler with no memory) keeps the CA.
-	fresh := &ApiServerConfigReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
+	fresh := &ApiServerConfigReconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
 		ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: time.Second}
 	if _, err := fresh.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
 		t.Fatalf("reconciling after a restart: %v", err)

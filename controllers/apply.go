@@ -24,6 +24,7 @@ import (
 // and nobody changed it since. Either way obj ends up as the cluster holds
 // it.
 func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
+	r.Ownership.Prove(cfg.Name, cfg.UID, obj)
 	hash, err := objectHash(obj)
 	if err != nil {
 		return err
@@ -46,7 +47,10 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 			return err
 		}
 		last, seen := r.applied.Load(key)
-		if existing.GetAnnotations()[appliedHashAnnotation] == hash && seen && last == existing.GetResourceVersion() {
+		// An object written before proofs (see claimOf) is written once
+		// more, with its proof.
+		proven := !apiserver.NeedsProof(existing) || r.Ownership.Proven(cfg.Name, cfg.UID, existing)
+		if existing.GetAnnotations()[appliedHashAnnotation] == hash && seen && last == existing.GetResourceVersion() && proven {
 			// obj becomes what the cluster holds, status included.
 			return r.Scheme.Convert(existing, obj, nil)
 		}
@@ -118,12 +122,15 @@ func (o ownSecrets) List(ctx context.Context, list client.ObjectList, opts ...cl
 }
 
 // objectHash hashes the desired object as it will be applied, but for the
-// annotation that records the hash.
+// annotation that records the hash and the proof (a function of the rest,
+// and of the tenant's uid for a Deployment: a template hash must not
+// depend on whether the object was proven yet).
 func objectHash(obj client.Object) (string, error) {
-	if a := obj.GetAnnotations(); a[appliedHashAnnotation] != "" {
+	if a := obj.GetAnnotations(); a[appliedHashAnnotation] != "" || a[apiserver.ProofAnnotation] != "" {
 		obj = obj.DeepCopyObject().(client.Object)
 		a = maps.Clone(a)
 		delete(a, appliedHashAnnotation)
+		delete(a, apiserver.ProofAnnotation)
 		if len(a) == 0 {
 			a = nil
 		}

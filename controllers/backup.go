@@ -56,6 +56,9 @@ type ApiServerBackupReconciler struct {
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 	Etcd      tenantio.EtcdV3
+	// Ownership checks that the tenant's Secrets are the operator's
+	// before they are backed up as its key material.
+	Ownership *apiserver.Ownership
 	// Dir is the backup volume (--backup-dir); empty refuses volume
 	// storage.
 	Dir string
@@ -278,7 +281,7 @@ func (r *ApiServerBackupReconciler) tenantSecrets(ctx context.Context, cfg *v1al
 		if err != nil {
 			return nil, fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, o.Name, err)
 		}
-		if !apiserver.ClaimOf(cfg.Name, cfg.UID, s).Own() {
+		if !claimOf(r.Ownership, cfg, s).Own() {
 			return nil, fail(v1alpha1.ReasonNameConflict, "Secret %s is not the tenant's own: it is not backed up as its key material", o.Name)
 		}
 		kept := backup.Secret{Role: strings.TrimPrefix(o.Name, cfg.Name+"-"), Type: string(s.Type), Data: s.Data}

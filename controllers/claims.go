@@ -35,11 +35,19 @@ func (e *nameConflict) Error() string {
 		e.kind, e.namespace, e.name, e.holder)
 }
 
+// claimOf says whose obj is for cfg: a Secret or the Deployment only with
+// the operator's proof (apiserver.Ownership.Claim), but for what a release
+// before proofs wrote, until the tenant's objects are all proven
+// (status.objectsProven).
+func claimOf(o *apiserver.Ownership, cfg *v1alpha1.ApiServerConfig, obj metav1.Object) apiserver.Claim {
+	return o.Claim(cfg.Name, cfg.UID, obj, !cfg.Status.ObjectsProven)
+}
+
 // claim checks that obj, as the cluster holds it, is cfg's own: a
 // *nameConflict when it is someone else's, an error to retry when an
 // earlier ApiServerConfig of the same name still holds it.
 func (r *ApiServerConfigReconciler) claim(cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
-	c := apiserver.ClaimOf(cfg.Name, cfg.UID, obj)
+	c := claimOf(r.Ownership, cfg, obj)
 	if c.Own() {
 		return nil
 	}
@@ -56,16 +64,25 @@ func (r *ApiServerConfigReconciler) claim(cfg *v1alpha1.ApiServerConfig, obj cli
 }
 
 // claimLive checks, with the API server rather than the cache, that no
-// object of obj's name exists that is not cfg's own: a metadata-only read,
-// asked before an apply creates an object. It returns the tenant's own
+// object of obj's name exists that is not cfg's own: a metadata-only read
+// (the whole object for a kind the operator proves), asked before an apply
+// creates an object. It returns the tenant's own
 // object when one exists (nil when none does).
-func (r *ApiServerConfigReconciler) claimLive(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) (*metav1.PartialObjectMetadata, error) {
+func (r *ApiServerConfigReconciler) claimLive(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object) (client.Object, error) {
 	gvk, err := apiutil.GVKForObject(obj, r.Scheme)
 	if err != nil {
 		return nil, err
 	}
-	live := &metav1.PartialObjectMetadata{}
-	live.SetGroupVersionKind(gvk)
+	var live client.Object = &metav1.PartialObjectMetadata{}
+	live.GetObjectKind().SetGroupVersionKind(gvk)
+	if apiserver.NeedsProof(obj) {
+		// A proof covers what the object holds: the whole object.
+		fresh, err := r.Scheme.New(gvk)
+		if err != nil {
+			return nil, err
+		}
+		live = fresh.(client.Object)
+	}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
@@ -81,7 +98,8 @@ func (r *ApiServerConfigReconciler) claimLive(ctx context.Context, cfg *v1alpha1
 // has no Deployment) is Stalled at once and writes nothing. A tenant that
 // already runs on keys it shares (created before admission checked) keeps
 // running, with a warning: stopping its reconciliation would let its
-// certificates expire.
+// certificates expire. One whose spec moves it there (another prefix,
+// other servers) is held as a new one is, its apiservers left as they run.
 func (r *ApiServerConfigReconciler) checkKeyspace(ctx context.Context, p *pass) error {
 	if r.TenantIndex == nil {
 		return nil
@@ -114,7 +132,7 @@ func (r *ApiServerConfigReconciler) checkKeyspace(ctx context.Context, p *pass) 
 		msg = fmt.Sprintf("The keys under %s on this tenant's etcd servers are data that %s kept (deletionPolicy Retain), for an ApiServerConfig of that name to take back: choose another spec.etcd.prefix",
 			prefix, strings.Join(slices.Compact(names), " and "))
 	}
-	if p.current.Name != "" {
+	if p.current.Name != "" && !movingData(p) {
 		r.event(p.cfg, corev1.EventTypeWarning, reason, "Keyspace", "%s", msg)
 		return nil
 	}
@@ -132,4 +150,19 @@ func olderThan(a, b *v1alpha1.ApiServerConfig) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+}
+
+// movingData reports whether the spec moves a tenant that stored data to
+// another keyspace: another prefix, or etcd clusters its data was not
+// proven on (status.dataPrefix and dataServers, which a release that knew
+// the prefix alone did not record).
+func movingData(p *pass) bool {
+	st := p.cfg.Status
+	if st.DataPrefix == "" {
+		return false
+	}
+	if st.DataPrefix != apiserver.KeyspaceOf(&p.cfg.Spec.Etcd).Prefix {
+		return true
+	}
+	return len(st.DataServers) > 0 && !dataChecked(p.cfg)
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -23,13 +24,30 @@ import (
 // before the operator checked this (a Deployment, no dataPrefix) keeps
 // its data as its own.
 func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) error {
-	prefix := apiserver.KeyspaceOf(&p.c.Spec.Etcd).Prefix
-	if r.Etcd == nil || p.cfg.Status.DataPrefix == prefix {
+	if r.Etcd == nil {
 		return nil
 	}
-	if p.cfg.Status.DataPrefix == "" && p.current.Name != "" {
-		p.cfg.Status.DataPrefix = prefix
-		return nil
+	keyspace := apiserver.KeyspaceOf(&p.c.Spec.Etcd)
+	prefix := keyspace.Prefix
+	st := &p.cfg.Status
+	if st.DataPrefix == "" && p.current.Name != "" {
+		// Ran before the operator recorded where its data is.
+		st.DataPrefix, st.DataServers = prefix, keyspace.Addresses
+	}
+	if st.DataPrefix == prefix && len(st.DataServers) == 0 {
+		// Recorded by a release that knew the prefix alone.
+		st.DataServers = keyspace.Addresses
+	}
+	// The etcd clusters the data check reads: every one for a new prefix,
+	// those the tenant moves to otherwise.
+	sets := p.c.Etcd.Sets
+	if st.DataPrefix == prefix {
+		sets = slices.DeleteFunc(slices.Clone(sets), func(set []string) bool {
+			return len(apiserver.SetsOn([][]string{set}, st.DataServers)) > 0
+		})
+	}
+	if dataChecked(p.cfg) {
+		return r.ensureDataRecorded(ctx, p, keyspace)
 	}
 	// Nothing starts before the check; the Etcd step says why it waits.
 	if p.done = p.obs.etcdErr != nil; p.done {
@@ -61,7 +79,7 @@ func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) erro
 	}
 	keys := apiserver.KeysUnder(prefix)
 	var total, unreadable int
-	for _, servers := range p.c.Etcd.Sets {
+	for _, servers := range sets {
 		err := r.Etcd.Scan(ctx, servers, p.etcdTLS, keys, func(key, value []byte) {
 			total++
 			// Without the operator's keys (the user's own
@@ -98,6 +116,23 @@ func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) erro
 		p.done = true
 		return nil
 	}
-	p.cfg.Status.DataPrefix = prefix
-	return nil
+	return r.ensureDataRecorded(ctx, p, keyspace)
+}
+
+// dataChecked reports whether status says that the tenant's data at its
+// spec's keyspace is proven its own: the prefix and every etcd cluster.
+func dataChecked(cfg *v1alpha1.ApiServerConfig) bool {
+	st, sets := cfg.Status, apiserver.EtcdSetsOf(&cfg.Spec.Etcd)
+	return st.DataPrefix == apiserver.KeyspaceOf(&cfg.Spec.Etcd).Prefix &&
+		len(apiserver.SetsOn(sets, st.DataServers)) == len(sets)
+}
+
+// ensureDataRecorded records the keyspace the data check proved the
+// tenant's, and only then gives its etcd user its rights there.
+func (r *ApiServerConfigReconciler) ensureDataRecorded(ctx context.Context, p *pass, k apiserver.EtcdKeyspace) error {
+	p.cfg.Status.DataPrefix, p.cfg.Status.DataServers = k.Prefix, k.Addresses
+	if p.obs.etcdErr != nil {
+		return nil
+	}
+	return r.ensureEtcdUser(ctx, p)
 }

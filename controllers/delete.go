@@ -94,11 +94,12 @@ func (r *ApiServerConfigReconciler) storedData(ctx context.Context, cfg *v1alpha
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, d); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	if !apiserver.ClaimOf(cfg.Name, cfg.UID, d).Own() {
+	if !claimOf(r.Ownership, cfg, d).Own() {
 		return false, nil
 	}
 	before := cfg.DeepCopy()
-	cfg.Status.DataPrefix = apiserver.KeyspaceOf(&cfg.Spec.Etcd).Prefix
+	k := apiserver.KeyspaceOf(&cfg.Spec.Etcd)
+	cfg.Status.DataPrefix, cfg.Status.DataServers = k.Prefix, k.Addresses
 	if err := r.Client.Status().Patch(ctx, cfg, client.MergeFrom(before)); err != nil {
 		return false, fmt.Errorf("recording where the deleted tenant's data is: %w", err)
 	}
@@ -113,7 +114,28 @@ func dataKeyspace(cfg *v1alpha1.ApiServerConfig) *v1alpha1.ApiServerConfig {
 	if cfg.Status.DataPrefix != "" {
 		held.Spec.Etcd.Prefix = cfg.Status.DataPrefix
 	}
+	if recorded := cfg.Status.DataServers; len(recorded) > 0 {
+		// Only the servers the data was proven on (status.dataServers):
+		// those a held move added hold someone else's keys.
+		on := func(servers []string) []string {
+			return slices.DeleteFunc(slices.Clone(servers), func(s string) bool {
+				return len(apiserver.SetsOn([][]string{{s}}, recorded)) == 0
+			})
+		}
+		held.Spec.Etcd.Servers = on(cfg.Spec.Etcd.Servers)
+		held.Spec.Etcd.Overrides = slices.DeleteFunc(slices.Clone(held.Spec.Etcd.Overrides), func(o v1alpha1.EtcdOverride) bool { return len(on(o.Servers)) == 0 })
+		for i := range held.Spec.Etcd.Overrides {
+			held.Spec.Etcd.Overrides[i].Servers = on(held.Spec.Etcd.Overrides[i].Servers)
+		}
+	}
 	return held
+}
+
+// unnamedDataServers are the servers the tenant's data was proven on that
+// its spec names no more (a move the operator held).
+func unnamedDataServers(cfg *v1alpha1.ApiServerConfig) []string {
+	named := apiserver.KeyspaceOf(&cfg.Spec.Etcd).Addresses
+	return slices.DeleteFunc(slices.Clone(cfg.Status.DataServers), func(a string) bool { return slices.Contains(named, a) })
 }
 
 // Waits of a deletion that holds the tenant's data.
@@ -160,6 +182,11 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 			fmt.Sprintf("Waiting for %d apiservers to stop before deleting the tenant's data", running))
 	}
 
+	if gone := unnamedDataServers(cfg); len(gone) > 0 {
+		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonSharedKeyspace, fmt.Sprintf(
+			"The tenant's data is kept: it is on %s, which spec.etcd names no more (the move was held): name them in spec.etcd again to delete it, or set spec.deletionPolicy to Retain to keep the data and the keys that read it",
+			strings.Join(gone, ", ")))
+	}
 	c, err := apiserver.Complete(dataKeyspace(cfg), apiserver.Inputs{})
 	if err != nil {
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonInvalidSpec,
@@ -210,7 +237,10 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 	}
 	keys := prefix + "/"
 	var deleted int64
-	for _, set := range c.Etcd.Sets {
+	// Only the etcd clusters the data was proven on (dataKeyspace): keys
+	// under the prefix on a server the spec moved to are not the tenant's.
+	sets := c.Etcd.Sets
+	for _, set := range sets {
 		// Each server answers first: a deletion that waits on a dead etcd
 		// would hold the worker for minutes.
 		err := r.Etcd.Check(ctx, set, tlsConfig)
@@ -233,7 +263,7 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 		deleted += n
 	}
 	r.event(cfg, corev1.EventTypeNormal, v1alpha1.ReasonDataDeleted, "Delete",
-		"Deleted the tenant's data: %d keys under %s on %d etcd clusters; a count found none left", deleted, keys, len(c.Etcd.Sets))
+		"Deleted the tenant's data: %d keys under %s on %d etcd clusters; a count found none left", deleted, keys, len(sets))
 	return 0, nil
 }
 
@@ -257,10 +287,12 @@ func (r *ApiServerConfigReconciler) deletionStatus(ctx context.Context, cfg *v1a
 // and marks it as retained, with where the data it reads is (the tenant
 // index keeps other tenants off that keyspace while the mark exists).
 func (r *ApiServerConfigReconciler) orphan(ctx context.Context, cfg *v1alpha1.ApiServerConfig, obj client.Object, stored bool) error {
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+	// From the API server, and written only over that version: the proof
+	// covers the whole Secret as it will be.
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if !apiserver.ClaimOf(cfg.Name, cfg.UID, obj).Own() {
+	if !claimOf(r.Ownership, cfg, obj).Own() {
 		return nil
 	}
 	refs := obj.GetOwnerReferences()
@@ -270,15 +302,22 @@ func (r *ApiServerConfigReconciler) orphan(ctx context.Context, cfg *v1alpha1.Ap
 		mark = apiserver.KeyspaceOf(&dataKeyspace(cfg).Spec.Etcd).Annotation()
 	}
 	if len(kept) == len(refs) && obj.GetAnnotations()[apiserver.RetainedKeyspaceAnnotation] == mark &&
-		obj.GetLabels()[apiserver.NameLabel] == cfg.Name {
+		obj.GetLabels()[apiserver.NameLabel] == cfg.Name && r.Ownership.Proven(cfg.Name, cfg.UID, obj) && (!stored || r.Ownership.MarkProven(obj)) {
 		return nil
 	}
-	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	obj.SetOwnerReferences(kept)
 	obj.SetLabels(withEntry(obj.GetLabels(), apiserver.NameLabel, cfg.Name))
 	if stored {
 		obj.SetLabels(withEntry(obj.GetLabels(), apiserver.RetainedDataLabel, "true"))
 		obj.SetAnnotations(withEntry(obj.GetAnnotations(), apiserver.RetainedKeyspaceAnnotation, mark))
+	}
+	// The mark has a proof of its own, checked from the metadata (the
+	// tenant index holds no data); the Secret's proof is written again
+	// over what it holds.
+	r.Ownership.Prove(cfg.Name, cfg.UID, obj)
+	if stored {
+		r.Ownership.ProveMark(obj)
 	}
 	if err := r.Client.Patch(ctx, obj, patch); err != nil {
 		return fmt.Errorf("keeping %s (deletionPolicy Retain): %w", obj.GetName(), err)

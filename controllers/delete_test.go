@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
@@ -173,34 +173,21 @@ func TestApiServerConfigReconciler_DeleteKeepsDataThatIsAlsoAnotherTenants(t *te
 func TestApiServerConfigReconciler_DeleteHoldsTheDataWhileEtcdDoesNotAnswer(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, nil)
-	// An address that accepts connections and closes them: no etcd.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	// The tenant runs on an etcd of its own, which then stops.
+	e := &envtest.Etcd{Path: env.ControlPlane.Etcd.Path}
+	if err := e.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = lis.Close() })
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
-	// The tenant starts on the test's etcd, then moves to the address.
-	cfg := tenant(ns, "unreachable", nil)
+	t.Cleanup(func() { _ = e.Stop() })
+	cfg := tenant(ns, "unreachable", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Servers = []string{e.URL.String()} })
 	createReady(t, cfg)
-	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-	patch := client.MergeFrom(got.DeepCopy())
-	got.Spec.Etcd.Servers = []string{"http://" + lis.Addr().String()}
-	if err := env.Client.Patch(ctx, got, patch); err != nil {
+	if err := e.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.Client.Delete(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	waitStalled(t, cfg, v1alpha1.ReasonEtcdUnreachable, "kept until its etcd http://"+lis.Addr().String()+" answers")
+	waitStalled(t, cfg, v1alpha1.ReasonEtcdUnreachable, "kept until its etcd "+e.URL.String()+" answers")
 	retainOnDeletion(t, cfg)
 	waitGone(t, cfg)
 }

@@ -39,7 +39,9 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.etcdTLSID, tenantio.UnreachableEndpoint(p.obs.etcdErr))
 	}
 	if p.obs.etcdErr == nil {
-		return r.ensureEtcdUser(ctx, p)
+		// The tenant's etcd user gets its rights once the data check
+		// proved the keys there its own (checkData).
+		return nil
 	}
 	ctrl.LoggerFrom(ctx).Info("etcd is unreachable", "apiServerConfig", klog.KObj(p.cfg), "error", tenantio.Detail(p.obs.etcdErr))
 	p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdUnreachable, message: p.obs.etcdErr.Error(),

@@ -117,7 +117,7 @@ func TestApiServerConfigReconciler_LaggingCacheIssuesNoSecondCA(t *testing.T) {
 	before := keys()
 
 	cache := &laggingCache{Client: env.Client}
-	r := &ApiServerConfigReconciler{Client: cache, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
+	r := &ApiServerConfigReconciler{Ownership: ownershipKey, Client: cache, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
 		Etcd: reconciler.Etcd, ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
 	// A pass with the cache in step: the reconciler learns what it wrote.
 	if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {

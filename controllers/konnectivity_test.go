@@ -237,7 +237,7 @@ func TestApiServerConfigReconciler_ClusterCARotationLeavesTheKonnectivityAgentsA
 	})
 	// Only this test's reconciler, with its clock, takes it.
 	cfg.Labels = map[string]string{apiserver.WatchFilterLabel: "konnectivity-ca-rotation"}
-	// Its cluster CA, the operator's by its name label, expires in two
+	// Its cluster CA, the operator's (kept by Retain), expires in two
 	// days, before the front-proxy CA, which is not rotated.
 	oldCA, err := pki.NewSelfSignedCA("kubernetes", pki.DefaultKeyAlgorithm, 48*time.Hour, clock.Now())
 	if err != nil {
@@ -247,18 +247,22 @@ func TestApiServerConfigReconciler_ClusterCARotationLeavesTheKonnectivityAgentsA
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Client.Create(ctx, &corev1.Secret{
+	caSecret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName(cfg.Name), Labels: map[string]string{apiserver.NameLabel: cfg.Name}},
 		Type:       corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: oldCA.CertPEM(), corev1.TLSPrivateKeyKey: oldKey,
 			apiserver.CABundleKey: pki.TrustBundle(clock.Now(), oldCA.Cert())},
-	}); err != nil {
+	}
+	// Proven as the operator proves what Retain keeps (the test holds the
+	// operator's key).
+	ownershipKey.Prove(cfg.Name, "", caSecret)
+	if err := env.Client.Create(ctx, caSecret); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	r := &ApiServerConfigReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock, CATrustPropagation: time.Second}
+	r := &ApiServerConfigReconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock, CATrustPropagation: time.Second}
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}}
 	pass := func() {
 		t.Helper()

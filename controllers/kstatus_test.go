@@ -384,7 +384,7 @@ func TestApiServerConfigReconciler_ANewTenantSaysReconcilingWhileItsEtcdDoesNotA
 	// tenants without a watch filter.
 	cfg.Labels = map[string]string{apiserver.WatchFilterLabel: "status-first"}
 	etcd := &heldEtcd{entered: make(chan struct{}), release: make(chan struct{})}
-	r := &ApiServerConfigReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock.RealClock{}, Etcd: etcd}
+	r := &ApiServerConfigReconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock.RealClock{}, Etcd: etcd}
 	created := time.Now()
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)

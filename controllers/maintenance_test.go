@@ -62,7 +62,7 @@ func TestApiServerConfigReconciler_WorkTheOperatorStartsWaitsForAMaintenanceWind
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	r := &ApiServerConfigReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock, Etcd: reconciler.Etcd, Tenants: reconciler.Tenants,
+	r := &ApiServerConfigReconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock, Etcd: reconciler.Etcd, Tenants: reconciler.Tenants,
 		ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}}
 	// pass runs one pass a few seconds of the test clock after the last

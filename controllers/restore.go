@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -124,7 +123,7 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 	if err != nil {
 		return err // proven whole above: retried, from the start
 	}
-	p.cfg.Status.DataPrefix = prefix
+	p.cfg.Status.DataPrefix, p.cfg.Status.DataServers = prefix, apiserver.KeyspaceOf(&p.c.Spec.Etcd).Addresses
 	r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonRestored, "Data",
 		"Restored %d keys from ApiServerBackup %s under %s, with its encryption keys, CAs and service-account key", written, name, prefix)
 	p.requeueWithin(time.Millisecond)
@@ -298,6 +297,7 @@ func (r *ApiServerConfigReconciler) restoreSecret(ctx context.Context, p *pass, 
 	default:
 		return nil, fmt.Errorf("%w: its Secret %s is of type %s, which the operator never writes", backup.ErrCorrupt, s.Role, t)
 	}
+	r.Ownership.Prove(p.cfg.Name, p.cfg.UID, want)
 	existing := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), existing)
 	switch {
@@ -307,15 +307,16 @@ func (r *ApiServerConfigReconciler) restoreSecret(ctx context.Context, p *pass, 
 		}
 	case err != nil:
 		return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
-	case !apiequality.Semantic.DeepEqual(existing.Data, s.Data) || existing.Annotations[apiserver.RotationStateAnnotation] != want.Annotations[apiserver.RotationStateAnnotation]:
-		if !apiserver.ClaimOf(p.cfg.Name, p.cfg.UID, existing).Own() {
-			return nil, &nameConflict{kind: "Secret", namespace: p.cfg.Namespace, name: name, holder: apiserver.ClaimOf(p.cfg.Name, p.cfg.UID, existing).Holder}
+	default:
+		if c := claimOf(r.Ownership, p.cfg, existing); !c.Own() {
+			return nil, &nameConflict{kind: "Secret", namespace: p.cfg.Namespace, name: name, holder: c.Holder}
 		}
 		patch := client.MergeFrom(existing.DeepCopy())
 		existing.Data = s.Data
 		if state, ok := want.Annotations[apiserver.RotationStateAnnotation]; ok {
 			existing.Annotations = withEntry(existing.Annotations, apiserver.RotationStateAnnotation, state)
 		}
+		r.Ownership.Prove(p.cfg.Name, p.cfg.UID, existing)
 		if err := r.Client.Patch(ctx, existing, patch); err != nil {
 			return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
 		}

@@ -262,7 +262,7 @@ func TestApiServerConfigReconciler_WritesEachObjectOncePerPassThroughARotation(t
 		t.Fatal(err)
 	}
 	counting := &countingClient{Client: env.Client}
-	r := &ApiServerConfigReconciler{Client: counting, APIReader: env.Client, Scheme: env.Scheme, Clock: clock.RealClock{}}
+	r := &ApiServerConfigReconciler{Ownership: ownershipKey, Client: counting, APIReader: env.Client, Scheme: env.Scheme, Clock: clock.RealClock{}}
 	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}}
 	// pass runs one pass, then acts as the Deployment controller, and
 	// returns what the pass wrote, object by object (the ApiServerConfig's

@@ -115,7 +115,7 @@ func TestApiServerConfigReconciler_ConvergedObjectCausesNoWrites(t *testing.T) {
 	// be: its first pass may re-apply what it has no memory of, every pass
 	// after that must write nothing.
 	counting := &countingClient{Client: env.Client}
-	r := &ApiServerConfigReconciler{Client: counting, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
+	r := &ApiServerConfigReconciler{Ownership: ownershipKey, Client: counting, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
 		Etcd: reconciler.Etcd, ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
 	if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
 		t.Fatal(err)

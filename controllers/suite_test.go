@@ -1,12 +1,14 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -14,6 +16,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 	"github.com/apiserver-operator/apiserver-operator/controllers/webhooks"
@@ -28,6 +31,8 @@ var (
 	reconciler *ApiServerConfigReconciler
 	// backupDir is the backup volume of the tests' operator.
 	backupDir string
+	// ownershipKey is the key every reconciler of the tests proves with.
+	ownershipKey *apiserver.Ownership
 )
 
 func TestMain(m *testing.M) {
@@ -64,7 +69,12 @@ func run(m *testing.M) (int, error) {
 	}
 	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
-	tenantIndex, err := tenantindex.New(env.Config, env.Scheme)
+	// The ownership key, as the manager makes it at its first start (in
+	// kube-system: the tests' namespaces come and go).
+	if ownershipKey, err = ownership.Load(context.Background(), env.Client, types.NamespacedName{Namespace: "kube-system", Name: ownership.DefaultSecretName}); err != nil {
+		return 0, err
+	}
+	tenantIndex, err := tenantindex.New(env.Config, env.Scheme, tenantindex.WithMarkProofs(ownershipKey))
 	if err != nil {
 		return 0, err
 	}
@@ -75,6 +85,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	reconciler = &ApiServerConfigReconciler{
+		Ownership:   ownershipKey,
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
 		Scheme:      mgr.GetScheme(),
@@ -104,7 +115,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	backups := &ApiServerBackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{Timeout: 2 * time.Second}, Dir: backupDir}
+		Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{Timeout: 2 * time.Second}, Dir: backupDir, Ownership: ownershipKey}
 	if err := backups.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}
@@ -112,7 +123,8 @@ func run(m *testing.M) (int, error) {
 	if err := schedules.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}
-	credentials := &AdminCredentialRequestReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator")}
+	credentials := &AdminCredentialRequestReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"),
+		Ownership: ownershipKey}
 	if err := credentials.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}

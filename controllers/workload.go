@@ -142,6 +142,9 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 			return err
 		}
 		p.current, p.obs.deployment = d.Deployment, d.Deployment
+		// The Secrets and the Deployment were all written with their
+		// proof: nothing written before proofs is taken any more.
+		p.cfg.Status.ObjectsProven = r.Ownership != nil
 	}
 	if d.PodDisruptionBudget != nil {
 		if err := r.apply(ctx, p.cfg, d.PodDisruptionBudget); err != nil {

@@ -1771,6 +1771,25 @@ type ApiServerConfigStatus struct {
 	// +optional
 	DataPrefix string `json:"dataPrefix,omitempty"`
 
+	// DataServers are the etcd servers (host:port) that hold the data under
+	// dataPrefix, as the operator checked them. A spec that moves to other
+	// servers moves the data: the servers it adds are checked as a new
+	// prefix is, and the tenant's etcd user gets no right there before.
+	// +listType=set
+	// +optional
+	DataServers []string `json:"dataServers,omitempty"`
+
+	// ObjectsProven says that every Secret and the Deployment of the
+	// tenant carry the operator's proof that it wrote them (the annotation
+	// controlplane.apiserver-operator.dev/proof): from then on, an object
+	// of one of their names without a valid proof is never taken as the
+	// tenant's, whatever its labels and owner references say. Unset, the
+	// objects written before the operator proved ownership (created before
+	// its ownership key) are taken as before, and proven when next
+	// written.
+	// +optional
+	ObjectsProven bool `json:"objectsProven,omitempty"`
+
 	// RestoredFrom names the ApiServerBackup the tenant's data came from
 	// (spec.restore). It is set when the restore begins: one cut short
 	// (dataPrefix still empty) starts over.

@@ -592,6 +592,11 @@ func (in *ApiServerConfigStatus) DeepCopyInto(out *ApiServerConfigStatus) {
 		*out = make([]VersionStatus, len(*in))
 		copy(*out, *in)
 	}
+	if in.DataServers != nil {
+		in, out := &in.DataServers, &out.DataServers
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.NetworkPolicy != nil {
 		in, out := &in.NetworkPolicy, &out.NetworkPolicy
 		*out = new(NetworkPolicyStatus)

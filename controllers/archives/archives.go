@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -123,6 +125,9 @@ type S3Options struct {
 	CA []byte
 	// Insecure speaks plain HTTP.
 	Insecure bool
+	// StallTimeout is how long a request may move no byte before it is
+	// given up (DefaultStallTimeout when zero).
+	StallTimeout time.Duration
 }
 
 // PartSize is the part of an upload held in memory: an archive's size is
@@ -140,11 +145,22 @@ func S3(o S3Options) (Store, error) {
 		}
 		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
+	// A dead endpoint is known within seconds; a stalled one within the
+	// stall timeout.
+	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	transport.TLSHandshakeTimeout = 10 * time.Second
+	stall := o.StallTimeout
+	if stall <= 0 {
+		stall = DefaultStallTimeout
+	}
 	cli, err := minio.New(o.Endpoint, &minio.Options{
 		Creds:     credentials.NewStaticV4(o.AccessKeyID, o.SecretAccessKey, ""),
 		Secure:    !o.Insecure,
 		Region:    o.Region,
-		Transport: transport,
+		Transport: stallGuard{next: transport, after: stall, host: o.Endpoint},
+		// A few tries, not minio's ten: a stalled endpoint costs at most
+		// this many stall timeouts.
+		MaxRetries: 3,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reaching S3 at %s: %w", o.Endpoint, err)

@@ -37,6 +37,8 @@ type Tenants struct {
 	// retained: the index holds the Secrets deleted tenants kept (see
 	// WithoutRetainedData).
 	retained bool
+	// marks checks the proofs of Retain marks (WithMarkProofs).
+	marks *apiserver.Ownership
 }
 
 // Option changes what the index holds.
@@ -45,7 +47,14 @@ type Option func(*options)
 type options struct {
 	withoutRetained bool
 	retainedIn      string
+	marks           *apiserver.Ownership
 }
+
+// WithMarkProofs checks the Retain marks with the operator's ownership
+// key: a proven mark holds in every namespace (RetainedOverlapping), and
+// a tenant takes back only what a mark the operator wrote names
+// (RetainedBy).
+func WithMarkProofs(o *apiserver.Ownership) Option { return func(opts *options) { opts.marks = o } }
 
 // RetainedDataIn reads the Secrets deleted tenants kept in namespace only:
 // an instance with --watch-namespace, whose Secret rights are that
@@ -134,7 +143,7 @@ func New(config *rest.Config, scheme *runtime.Scheme, opts ...Option) (*Tenants,
 	}); err != nil {
 		return nil, fmt.Errorf("indexing the Secrets deleted tenants kept by the etcd keyspace of their data: %w", err)
 	}
-	return &Tenants{cache: c, retained: true}, nil
+	return &Tenants{cache: c, retained: true, marks: o.marks}, nil
 }
 
 // Start fills the index and keeps it current until ctx ends.
@@ -227,27 +236,34 @@ type Retained struct {
 	Keyspace        apiserver.EtcdKeyspace
 }
 
-// RetainedOverlapping is the data that deleted tenants of other names, in
-// cfg's namespace, kept and whose keyspace overlaps cfg's: cfg may not
-// store there, nor delete it. Marks of other namespaces are not trusted:
+// RetainedOverlapping is the data that deleted tenants of other names kept
+// and whose keyspace overlaps cfg's: cfg may not store there, nor delete
+// it. A mark of cfg's namespace holds whoever wrote it (a forged one
+// blocks, it exposes nothing); one of another namespace holds when it
+// carries the operator's proof (WithMarkProofs), and otherwise not:
 // whoever may create a Secret there could forge one and so hold every
-// tenant of a shared etcd; a tenant of another namespace on that data
-// never starts anyway (the operator's data check finds keys it did not
-// write). Sorted by name.
+// tenant of a shared etcd. Sorted by namespace and name.
 func (t *Tenants) RetainedOverlapping(ctx context.Context, cfg *v1alpha1.ApiServerConfig) ([]Retained, error) {
 	if !t.retained {
 		return nil, errNoRetainedData
 	}
+	var where []client.ListOption
+	if t.marks == nil {
+		where = append(where, client.InNamespace(cfg.Namespace))
+	}
 	found := map[string]Retained{}
 	for _, q := range apiserver.KeyspaceOf(&cfg.Spec.Etcd).OverlapQueries() {
 		list := retainedSecrets()
-		if err := t.cache.List(ctx, list, client.InNamespace(cfg.Namespace), client.MatchingFields{keyspaceIndex: q}); err != nil {
+		if err := t.cache.List(ctx, list, append(where, client.MatchingFields{keyspaceIndex: q})...); err != nil {
 			return nil, fmt.Errorf("looking up the data deleted tenants kept on the same etcd: %w", err)
 		}
 		for i := range list.Items {
 			s := &list.Items[i]
 			name := s.Labels[apiserver.NameLabel]
 			if s.Namespace == cfg.Namespace && name == cfg.Name {
+				continue
+			}
+			if s.Namespace != cfg.Namespace && !t.marks.MarkProven(s) {
 				continue
 			}
 			k, _, _ := apiserver.RetainedKeyspace(s.Annotations)
@@ -263,7 +279,8 @@ func (t *Tenants) RetainedOverlapping(ctx context.Context, cfg *v1alpha1.ApiServ
 
 // RetainedBy is the keyspace of the data the deleted ApiServerConfig
 // namespace/name kept, as its retained Secrets say; ok is false when it
-// kept none.
+// kept none. With WithMarkProofs, only a mark the operator wrote counts
+// (proven, or written before its key).
 func (t *Tenants) RetainedBy(ctx context.Context, namespace, name string) (k apiserver.EtcdKeyspace, ok bool, err error) {
 	if !t.retained {
 		return k, false, errNoRetainedData
@@ -273,6 +290,9 @@ func (t *Tenants) RetainedBy(ctx context.Context, namespace, name string) (k api
 		return k, false, fmt.Errorf("looking up the data ApiServerConfig %s/%s kept: %w", namespace, name, err)
 	}
 	for i := range list.Items {
+		if t.marks != nil && !t.marks.MarkTrusted(&list.Items[i]) {
+			continue
+		}
 		if k, ok, err = apiserver.RetainedKeyspace(list.Items[i].Annotations); ok || err != nil {
 			return k, ok, err
 		}

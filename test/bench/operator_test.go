@@ -98,6 +98,7 @@ func startOperator(b testing.TB, env *envtest.Environment, extraArgs ...string) 
 		b.Fatal(err)
 	}
 	args := []string{"--kubeconfig", env.KubeconfigPath, "--webhooks=false", "--leader-elect=false",
+		"--ownership-key-secret=kube-system/apiserver-operator-ownership-key",
 		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", "127.0.0.1:" + freePort(b),
 		"--pprof-bind-address", pprofAddr}
 	o.cmd = exec.Command(managerBinary(b), append(args, extraArgs...)...)

@@ -1,0 +1,166 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+)
+
+// plantedCA is a CA Secret a namespace's user made, with the labels (and
+// owner, when given) of the operator's: its key is the user's.
+func plantedCA(t *testing.T, cfg *v1alpha1.ApiServerConfig, owner *v1alpha1.ApiServerConfig) (*corev1.Secret, *x509.Certificate) {
+	t.Helper()
+	ca, err := pki.NewSelfSignedCA("kubernetes", v1alpha1.KeyAlgorithm("ECDSAP256"), 24*time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: apiserver.CASecretName(cfg.Name),
+			Labels: map[string]string{apiserver.NameLabel: cfg.Name, "app.kubernetes.io/managed-by": apiserver.FieldOwner}},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: ca.CertPEM(), corev1.TLSPrivateKeyKey: key, apiserver.CABundleKey: ca.CertPEM()},
+	}
+	if owner != nil {
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ApiServerConfig",
+			Name: owner.Name, UID: owner.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+	}
+	return s, ca.Cert()
+}
+
+// signedBy reports whether the certificate of Secret name in cfg's
+// namespace exists and was signed by ca.
+func signedBy(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string, ca *x509.Certificate) bool {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cfg.Namespace, Name: name}, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false
+		}
+		t.Fatal(err)
+	}
+	certs, err := certutil.ParseCertsPEM(s.Data[corev1.TLSCertKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(certs[0].RawIssuer, ca.RawSubject) && certs[0].CheckSignatureFrom(ca) == nil
+}
+
+// A namespace's user who can write Secrets but not the operator's key
+// plants a CA for a tenant: with the operator's labels before the tenant
+// exists, with its labels and controller reference after, or by replacing
+// the key in the tenant's own CA Secret. None of them is ever used: the
+// tenant is Stalled, NameConflict, naming the Secret, and nothing the
+// planted key would sign is issued.
+func TestApiServerConfigReconciler_APlantedLabelledCAIsNeverUsed(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "forged", nil)
+
+	// Before the tenant: the labels of the operator, no owner (what
+	// Retain keeps looks the same).
+	early, earlyCA := plantedCA(t, cfg, nil)
+	if err := env.Client.Create(ctx, early); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	msg := waitForNameConflict(t, cfg, "Secret "+ns+"/"+early.Name)
+	if !strings.Contains(msg, "no valid proof") {
+		t.Errorf("the conflict does not say why the Secret is not the tenant's: %q", msg)
+	}
+	if signedBy(t, cfg, apiserver.ServingSecretName(cfg.Name), earlyCA) || signedBy(t, cfg, apiserver.KubeletClientSecretName(cfg.Name), earlyCA) {
+		t.Fatal("the operator issued certificates with the planted CA")
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the tenant got a Deployment with a planted CA (%v)", err)
+	}
+	now := get(t, early.DeepCopy())
+	if now.ResourceVersion != early.ResourceVersion {
+		t.Errorf("the planted Secret was written to: resourceVersion %s → %s", early.ResourceVersion, now.ResourceVersion)
+	}
+
+	// Once it is gone the tenant makes its own CA, proven.
+	if err := env.Client.Delete(ctx, early); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, cfg)
+	d := waitForDeployment(t, cfg)
+	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	own := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName(cfg.Name)}})
+	if !ownershipKey.Proven(cfg.Name, got.UID, own) || !ownershipKey.Proven(cfg.Name, got.UID, d) {
+		t.Fatalf("the tenant's CA and Deployment carry no valid proof: %q, %q", own.Annotations[apiserver.ProofAnnotation], d.Annotations[apiserver.ProofAnnotation])
+	}
+	eventually(t, 20*time.Second, "status says the tenant's objects are proven", func() error {
+		if got = get(t, got); !got.Status.ObjectsProven {
+			return fmt.Errorf("status.objectsProven is false")
+		}
+		return nil
+	})
+
+	// After: a CA of the same labels and a controller reference to the
+	// tenant (its uid is readable), in place of the tenant's own.
+	if err := env.Client.Delete(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	late, lateCA := plantedCA(t, cfg, got)
+	if err := env.Client.Create(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, cfg)
+	waitForNameConflict(t, cfg, "Secret "+ns+"/"+late.Name)
+	for _, leaf := range []string{apiserver.ServingSecretName(cfg.Name), apiserver.KubeletClientSecretName(cfg.Name)} {
+		if signedBy(t, cfg, leaf, lateCA) {
+			t.Fatalf("the operator issued %s with the planted CA", leaf)
+		}
+	}
+	if err := env.Client.Delete(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+
+	// The tenant's own CA Secret, its key replaced (labels, owner and
+	// proof kept).
+	touch(t, cfg)
+	eventually(t, 30*time.Second, "the tenant has a CA of its own again", func() error {
+		s := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.CASecretName(cfg.Name)}, s); err != nil {
+			return err
+		}
+		if !ownershipKey.Proven(cfg.Name, got.UID, s) {
+			return fmt.Errorf("the CA Secret carries no valid proof")
+		}
+		own = s
+		return nil
+	})
+	swapped, swappedCA := plantedCA(t, cfg, got)
+	patch := client.MergeFrom(own.DeepCopy())
+	own.Data = swapped.Data
+	if err := env.Client.Patch(ctx, own, patch); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, cfg)
+	waitForNameConflict(t, cfg, "Secret "+ns+"/"+own.Name)
+	if signedBy(t, cfg, apiserver.ServingSecretName(cfg.Name), swappedCA) {
+		t.Fatal("the operator issued the serving certificate with the swapped key")
+	}
+}
