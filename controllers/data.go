@@ -131,8 +131,8 @@ func dataChecked(cfg *v1alpha1.ApiServerConfig) bool {
 // tenant's, and only then gives its etcd user its rights there.
 func (r *ApiServerConfigReconciler) ensureDataRecorded(ctx context.Context, p *pass, k apiserver.EtcdKeyspace) error {
 	p.cfg.Status.DataPrefix, p.cfg.Status.DataServers = k.Prefix, k.Addresses
-	if p.obs.etcdErr != nil {
-		return nil
+	if reachable := p.obs.etcdErr == nil; reachable {
+		return r.ensureEtcdUser(ctx, p)
 	}
-	return r.ensureEtcdUser(ctx, p)
+	return nil // the Etcd step says why etcd waits
 }

@@ -24,7 +24,7 @@ import (
 
 // plantedCA is a CA Secret a namespace's user made, with the labels (and
 // owner, when given) of the operator's: its key is the user's.
-func plantedCA(t *testing.T, cfg *v1alpha1.ApiServerConfig, owner *v1alpha1.ApiServerConfig) (*corev1.Secret, *x509.Certificate) {
+func plantedCA(t *testing.T, cfg, owner *v1alpha1.ApiServerConfig) (*corev1.Secret, *x509.Certificate) {
 	t.Helper()
 	ca, err := pki.NewSelfSignedCA("kubernetes", v1alpha1.KeyAlgorithm("ECDSAP256"), 24*time.Hour, time.Now())
 	if err != nil {

@@ -72,7 +72,7 @@ func (p *progress) Read(b []byte) (int, error) {
 	if n > 0 {
 		p.timer.Reset(p.after)
 	}
-	if err != nil && err != io.EOF && p.ctx != nil && errors.Is(context.Cause(p.ctx), errStalled) {
+	if err != nil && !errors.Is(err, io.EOF) && p.ctx != nil && errors.Is(context.Cause(p.ctx), errStalled) {
 		err = p.guard.stalled()
 	}
 	return n, err
