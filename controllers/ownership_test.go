@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -163,4 +165,134 @@ func TestApiServerConfigReconciler_APlantedLabelledCAIsNeverUsed(t *testing.T) {
 	if signedBy(t, cfg, apiserver.ServingSecretName(cfg.Name), swappedCA) {
 		t.Fatal("the operator issued the serving certificate with the swapped key")
 	}
+}
+
+// A tenant whose objects were written without a proof the operator's key
+// checks (a release before proofs, or a key lost and made again) is held,
+// nothing overwritten, until a platform admin clears
+// status.objectsProven: the next pass then takes them as the release
+// before proofs did (they were created before the key), proves them and
+// sets status.objectsProven again, and nothing rolls.
+func TestApiServerConfigReconciler_ObjectsWrittenBeforeTheKeyAreTakenOnceAndNothingRolls(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "upgraded", nil)
+	// Only this test's reconcilers take it.
+	cfg.Labels = map[string]string{apiserver.WatchFilterLabel: "ownership-upgrade"}
+	reconcilerWith := func(key *apiserver.Ownership) *ApiServerConfigReconciler {
+		return &ApiServerConfigReconciler{Ownership: key, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
+			Clock: reconciler.Clock, CATrustPropagation: time.Second, Etcd: reconciler.Etcd, Tenants: reconciler.Tenants,
+			ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
+	}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}}
+	// pass runs one pass, then acts as the Deployment controller.
+	pass := func(r *ApiServerConfigReconciler) *v1alpha1.ApiServerConfig {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
+			var conflict *nameConflict
+			if !errors.As(err, &conflict) {
+				t.Fatal(err)
+			}
+		}
+		if env.Client.Get(ctx, client.ObjectKeyFromObject(d), &appsv1.Deployment{}) == nil {
+			actAsDeploymentController(t, d)
+		}
+		return get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	}
+	// settle runs passes until the tenant is Ready and a pass changes
+	// its Deployment no more (the first key's rotations rest).
+	settle := func(r *ApiServerConfigReconciler) *v1alpha1.ApiServerConfig {
+		t.Helper()
+		generation := int64(-1)
+		for i := 0; ; i++ {
+			got := pass(r)
+			now := get(t, d.DeepCopy()).Generation
+			if c := conditionOf(got, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && now == generation {
+				return got
+			}
+			generation = now
+			if i == 30 {
+				t.Fatalf("not settled after 30 passes: %v", got.Status.Conditions)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	keyAt := func(fill byte, since time.Time) *apiserver.Ownership {
+		o, err := apiserver.NewOwnership(bytes.Repeat([]byte{fill}, apiserver.OwnershipKeyBytes), since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+
+	before := reconcilerWith(keyAt(7, time.Now().Add(-time.Hour)))
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := settle(before); !got.Status.ObjectsProven {
+		t.Fatal("status.objectsProven is false after a pass that applied everything")
+	}
+	d = get(t, d)
+	ca := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName(cfg.Name)}})
+
+	// The key is another now, made a second after every object.
+	time.Sleep(time.Second)
+	after := reconcilerWith(keyAt(9, time.Now()))
+	got := pass(after)
+	if c := conditionOf(got, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonNameConflict || !strings.Contains(c.Message, "no valid proof") {
+		t.Fatalf("with another key, Stalled is %v, want NameConflict", c)
+	}
+	if now := get(t, ca.DeepCopy()); now.ResourceVersion != ca.ResourceVersion {
+		t.Fatal("with another key, the operator wrote to the CA Secret it cannot prove")
+	}
+
+	// The platform admin's recovery (and what an upgrade from a release
+	// without proofs meets): status.objectsProven cleared.
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Status.ObjectsProven = false
+	if err := env.Client.Status().Patch(ctx, got, patch); err != nil {
+		t.Fatal(err)
+	}
+	if got = settle(after); !got.Status.ObjectsProven {
+		t.Fatal("status.objectsProven is false after the recovery")
+	}
+	for _, name := range []string{apiserver.CASecretName(cfg.Name), apiserver.ServingSecretName(cfg.Name), apiserver.ServiceAccountSecretName(cfg.Name)} {
+		if s := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); !after.Ownership.Proven(cfg.Name, got.UID, s) {
+			t.Errorf("Secret %s is not proven with the new key", name)
+		}
+	}
+	now := get(t, d.DeepCopy())
+	if !after.Ownership.Proven(cfg.Name, got.UID, now) {
+		t.Error("the Deployment is not proven with the new key")
+	}
+	// The proof is an annotation of the Deployment, which is a new
+	// generation (annotations are copied to its ReplicaSets), not a new
+	// pod template: no pod is replaced.
+	if a, b := mustJSON(t, d.Spec), mustJSON(t, now.Spec); a != b {
+		t.Errorf("the Deployment's spec changed: the apiservers roll\n%s\n%s", a, b)
+	}
+	if s := get(t, ca.DeepCopy()); !bytes.Equal(s.Data[corev1.TLSCertKey], ca.Data[corev1.TLSCertKey]) {
+		t.Error("the tenant has another CA")
+	}
+
+	// From then on, what was written before the key is no longer taken.
+	planted, _ := plantedCA(t, cfg, got)
+	if err := env.Client.Delete(ctx, get(t, ca.DeepCopy())); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, planted); err != nil {
+		t.Fatal(err)
+	}
+	if c := conditionOf(pass(after), v1alpha1.ConditionStalled); c == nil || c.Reason != v1alpha1.ReasonNameConflict {
+		t.Fatalf("a CA planted after the recovery: Stalled is %v, want NameConflict", c)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
