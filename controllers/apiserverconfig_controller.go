@@ -378,15 +378,26 @@ func CacheOptions(watchFilter string) cache.Options {
 			&v1alpha1.ApiServerBackupSchedule{}: {Label: labels.NewSelector().Add(filter...)},
 			&v1alpha1.AdminCredentialRequest{}:  {Label: labels.NewSelector().Add(filter...)},
 			&corev1.Pod{}:                       {Label: labels.NewSelector().Add(*apiserverPod)},
-			&corev1.Secret{}:                    owned,
-			&corev1.ConfigMap{}:                 owned,
-			&corev1.Service{}:                   owned,
-			&appsv1.Deployment{}:                owned,
-			&policyv1.PodDisruptionBudget{}:     owned,
-			&networkingv1.NetworkPolicy{}:       owned,
+			// The apiservers' ReplicaSets, metadata only: which pods are
+			// the tenant's Deployment's (tenantPods).
+			replicaSetMetadata():            {Label: labels.NewSelector().Add(*apiserverPod), Transform: keepOwnership},
+			&corev1.Secret{}:                owned,
+			&corev1.ConfigMap{}:             owned,
+			&corev1.Service{}:               owned,
+			&appsv1.Deployment{}:            owned,
+			&policyv1.PodDisruptionBudget{}: owned,
+			&networkingv1.NetworkPolicy{}:   owned,
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}
+}
+
+// replicaSetMetadata is the metadata of a ReplicaSet, as the manager's
+// cache holds those of the apiservers.
+func replicaSetMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+	return m
 }
 
 // WatchFilterSelector selects what an instance with watchFilter reconciles:
@@ -429,4 +440,21 @@ func keepOnlyIdentity(obj any) (any, error) {
 		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion,
 		DeletionTimestamp: o.DeletionTimestamp,
 	}}, nil
+}
+
+// keepOwnership strips a ReplicaSet's metadata down to what says which
+// Deployment controls it and which labels select it: a Deployment keeps
+// up to ten old ReplicaSets, times every tenant.
+func keepOwnership(obj any) (any, error) {
+	o, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	out := &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels,
+	}}
+	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+		out.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return out, nil
 }

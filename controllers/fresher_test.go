@@ -2,8 +2,10 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -106,6 +108,14 @@ func TestApiServerConfigReconciler_LaggingCacheIssuesNoSecondCA(t *testing.T) {
 		s.Encryption = &v1alpha1.EncryptionSpec{Provider: "secretbox"}
 	})
 	createReady(t, cfg)
+	// The new key's first rotation (proving what the tenant stored) rests
+	// first: its passes write the encryption Secret.
+	eventually(t, 30*time.Second, "the encryption rests", func() error {
+		if c := encryptedStatus(t, cfg); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Encrypted is %v", c)
+		}
+		return nil
+	})
 	keys := func() map[string]string {
 		out := map[string]string{}
 		for _, name := range []string{apiserver.CASecretName(cfg.Name), apiserver.ServiceAccountSecretName(cfg.Name), apiserver.EncryptionSecretName(cfg.Name)} {

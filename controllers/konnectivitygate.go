@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,12 +63,20 @@ func (r *ApiServerConfigReconciler) gateKonnectivityPaused(ctx context.Context, 
 	if cfg.Spec.Konnectivity == nil {
 		return 0
 	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+	deployment := &appsv1.Deployment{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, deployment); {
+	case apierrors.IsNotFound(err) || (err == nil && r.claim(cfg, deployment) != nil):
+		return 0 // no pod of the tenant's to gate
+	case err != nil:
+		ctrl.LoggerFrom(ctx).Info("Reading the Deployment of a paused tenant for its konnectivity gate failed", "error", err.Error())
+		return konnectivityGateSlowRequeue
+	}
+	pods, err := r.tenantPods(ctx, cfg, deployment)
+	if err != nil {
 		ctrl.LoggerFrom(ctx).Info("Listing the apiserver pods of a paused tenant for their konnectivity gate failed", "error", err.Error())
 		return konnectivityGateSlowRequeue
 	}
-	d, _ := r.gateKonnectivityPods(ctx, cfg, pods.Items, r.Clock.Now())
+	d, _ := r.gateKonnectivityPods(ctx, cfg, pods, r.Clock.Now())
 	return d
 }
 

@@ -60,7 +60,8 @@ func gatedPod(t *testing.T, cfg *v1alpha1.ApiServerConfig, name, ip string, gate
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: name, Labels: apiserver.SelectorLabels(cfg.Name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: name, Labels: apiserver.SelectorLabels(cfg.Name),
+			OwnerReferences: apiserverReplicaSet(t, cfg)},
 		Spec: corev1.PodSpec{
 			Containers:     []corev1.Container{{Name: "kube-apiserver", Image: "k"}, {Name: apiserver.KonnectivityServerContainer, Image: "s"}},
 			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: apiserver.KonnectivityAgentsGate}},

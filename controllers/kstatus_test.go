@@ -339,13 +339,39 @@ func updateTenant(t *testing.T, cfg *v1alpha1.ApiServerConfig, change func(*v1al
 func createAPIServerPod(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: name, Labels: apiserver.SelectorLabels(cfg.Name)},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-apiserver", Image: "k"}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: name, Labels: apiserver.SelectorLabels(cfg.Name),
+			OwnerReferences: apiserverReplicaSet(t, cfg)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-apiserver", Image: "k"}}},
 	}
 	if err := env.Client.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
 	return pod
+}
+
+// apiserverReplicaSet is the controller reference of a ReplicaSet of cfg's
+// Deployment, which it makes as the Deployment controller would (envtest
+// runs none) when there is none yet: the pods the operator reads are those
+// of its Deployment's ReplicaSets.
+func apiserverReplicaSet(t *testing.T, cfg *v1alpha1.ApiServerConfig) []metav1.OwnerReference {
+	t.Helper()
+	ctx := context.Background()
+	d := waitForDeployment(t, cfg)
+	labels := apiserver.SelectorLabels(cfg.Name)
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: d.Name + "-test", Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
+		Spec: appsv1.ReplicaSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-apiserver", Image: "k"}}}},
+		},
+	}
+	if err := env.Client.Create(ctx, rs); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rs = get(t, rs)
+	return []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}
 }
 
 // heldEtcd is an etcd whose status check answers only when the test says.

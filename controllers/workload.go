@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -14,13 +15,14 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
-// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=list
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
 
 // observeWorkload reads what runs now, from the cache: the Deployment and
 // its pods. Status tells it even when a later step stops the pass.
@@ -35,21 +37,55 @@ func (r *ApiServerConfigReconciler) observeWorkload(ctx context.Context, p *pass
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
-		return fmt.Errorf("listing the apiserver pods: %w", err)
+	pods, err := r.tenantPods(ctx, cfg, p.current)
+	if err != nil {
+		return err
 	}
-	p.pods = pods.Items
+	p.pods = pods
 	// A pod that ended and stays (evicted, kept until garbage collection)
 	// runs nothing: it neither holds hibernation nor counts as a version.
 	p.obs.podsLeft = 0
-	for i := range pods.Items {
-		if !podEnded(&pods.Items[i]) {
+	for i := range pods {
+		if !podEnded(&pods[i]) {
 			p.obs.podsLeft++
 		}
 	}
 	p.obs.versions = observeVersions(p.pods, p.obs.deployment, cfg.Status.Version, cfg.Spec.Version)
 	return nil
+}
+
+// tenantPods are the apiserver pods of the tenant's Deployment d (its
+// own, proven: see claim): those with its labels whose controller is a
+// ReplicaSet that d controls. A pod with the labels and another owner, or
+// none, is someone else's: its status is not the tenant's, and the
+// operator reads nothing from it (audit counters, konnectivity servers,
+// metrics). None without a Deployment.
+func (r *ApiServerConfigReconciler) tenantPods(ctx context.Context, cfg *v1alpha1.ApiServerConfig, d *appsv1.Deployment) ([]corev1.Pod, error) {
+	if d == nil || d.UID == "" {
+		return nil, nil
+	}
+	sets := &metav1.PartialObjectMetadataList{}
+	sets.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSetList"))
+	if err := r.Client.List(ctx, sets, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+		return nil, fmt.Errorf("listing the ReplicaSets of the apiservers: %w", err)
+	}
+	ours := map[types.UID]bool{}
+	for i := range sets.Items {
+		if metav1.IsControlledBy(&sets.Items[i], d) {
+			ours[sets.Items[i].UID] = true
+		}
+	}
+	if len(ours) == 0 {
+		return nil, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(cfg.Namespace), client.MatchingLabels(apiserver.SelectorLabels(cfg.Name))); err != nil {
+		return nil, fmt.Errorf("listing the apiserver pods: %w", err)
+	}
+	return slices.DeleteFunc(pods.Items, func(pod corev1.Pod) bool {
+		owner := metav1.GetControllerOfNoCopy(&pod)
+		return owner == nil || owner.Kind != "ReplicaSet" || !ours[owner.UID]
+	}), nil
 }
 
 // renderObjects renders every object the tenant gets from the pass's
