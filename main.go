@@ -118,6 +118,7 @@ type options struct {
 	stallAfter                    time.Duration
 	caTrustPropagation            time.Duration
 	ownershipKey                  string
+	backupMinInterval             time.Duration
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -196,6 +197,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"How long the etcd datastores read last are used before they are listed again: a new or changed datastore is taken up within it.")
 	fs.StringVar(&o.ownershipKey, "ownership-key-secret", "",
 		"Secret, as <namespace>/<name>, of the key with which the controllers prove that they wrote a tenant's Secrets and Deployment (made at the first start; back it up with the platform's Secrets). Default: "+ownership.DefaultSecretName+" in the manager's namespace ($POD_NAMESPACE).")
+	fs.DurationVar(&o.backupMinInterval, "backup-schedule-min-interval", controllers.DefaultMinBackupInterval,
+		"The least time an ApiServerBackupSchedule may leave between two of its backups; a schedule of shorter gaps is refused in its status (backups of every namespace take turns).")
 	fs.StringVar(&o.backupDir, "backup-dir", "",
 		"The backup volume: where ApiServerBackups with storage.volume keep their archives, as <namespace>/<name>.backup (mount a persistent volume there). Empty refuses storage.volume.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
@@ -416,7 +419,8 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err := backups.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackup controller: %w", err)
 		}
-		schedules := &controllers.ApiServerBackupScheduleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator")}
+		schedules := &controllers.ApiServerBackupScheduleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"),
+			MinInterval: o.backupMinInterval}
 		if err := schedules.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackupSchedule controller: %w", err)
 		}

@@ -363,7 +363,8 @@ func TestApiServerConfigReconciler_ABackupScheduleKeepsTheNewestBackups(t *testi
 	})
 }
 
-// A schedule that never comes is refused in status; the worker does not
+// A schedule that never comes, or that comes more often than the platform
+// allows, is refused in status, with no backup taken; the worker does not
 // spin on it (the next schedule is still served).
 func TestApiServerConfigReconciler_ABackupScheduleThatNeverComesIsInvalid(t *testing.T) {
 	ctx := context.Background()
@@ -371,9 +372,12 @@ func TestApiServerConfigReconciler_ABackupScheduleThatNeverComesIsInvalid(t *tes
 	never := &v1alpha1.ApiServerBackupSchedule{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "february"},
 		Spec: v1alpha1.ApiServerBackupScheduleSpec{Schedule: "0 0 30 2 *",
 			Template: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: "any", Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}}
+	// Below the platform's floor (2 s in the tests, 15 min by default).
+	tooOften := never.DeepCopy()
+	tooOften.Name, tooOften.Spec.Schedule = "too-often", "@every 1s"
 	next := never.DeepCopy()
 	next.Name, next.Spec.Schedule = "daily", "@daily"
-	for _, s := range []*v1alpha1.ApiServerBackupSchedule{never, next} {
+	for _, s := range []*v1alpha1.ApiServerBackupSchedule{never, tooOften, next} {
 		if err := env.Client.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
@@ -382,6 +386,11 @@ func TestApiServerConfigReconciler_ABackupScheduleThatNeverComesIsInvalid(t *tes
 		n := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: never.ObjectMeta})
 		if c := meta.FindStatusCondition(n.Status.Conditions, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "never comes") {
 			return fmt.Errorf("the impossible schedule's Stalled is %v", c)
+		}
+		o := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: tooOften.ObjectMeta})
+		if c := meta.FindStatusCondition(o.Status.Conditions, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue ||
+			!strings.Contains(c.Message, "takes a backup every 1s: the platform allows one every 2s at most") || o.Status.LastBackupName != "" {
+			return fmt.Errorf("the schedule of every second: Stalled is %v, last backup %q", c, o.Status.LastBackupName)
 		}
 		d := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: next.ObjectMeta})
 		if d.Status.NextScheduleTime == nil || time.Until(d.Status.NextScheduleTime.Time) > 24*time.Hour {

@@ -36,6 +36,34 @@ type ApiServerBackupScheduleReconciler struct {
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
+	// MinInterval is the least time a schedule may leave between two of
+	// its backups (DefaultMinBackupInterval when zero): backups of every
+	// namespace take turns on one worker.
+	MinInterval time.Duration
+}
+
+// DefaultMinBackupInterval is the least time between two backups of a
+// schedule: @every 1s would queue a backup a second ahead of every other
+// namespace's.
+const DefaultMinBackupInterval = 15 * time.Minute
+
+// scheduleInterval is the shortest time between two of the next times of
+// sched after from (a few of them: cron's gaps repeat), zero when it has
+// fewer than two.
+func scheduleInterval(sched cron.Schedule, from time.Time) time.Duration {
+	var shortest time.Duration
+	prev := sched.Next(from)
+	for range 64 {
+		next := sched.Next(prev)
+		if prev.IsZero() || next.IsZero() {
+			break
+		}
+		if d := next.Sub(prev); shortest == 0 || d < shortest {
+			shortest = d
+		}
+		prev = next
+	}
+	return shortest
 }
 
 // SetupWithManager registers the reconciler; a backup that completes or
@@ -81,7 +109,13 @@ func (r *ApiServerBackupScheduleReconciler) reconcile(ctx context.Context, s *v1
 		r.setReady(s, false, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.schedule %q is not a cron expression of five fields, nor a descriptor such as @daily: %v", s.Spec.Schedule, err))
 		return ctrl.Result{}, nil
 	}
-	if err := r.prune(ctx, s); err != nil {
+	floor := cmp.Or(r.MinInterval, DefaultMinBackupInterval)
+	if every := scheduleInterval(sched, s.CreationTimestamp.Time); every > 0 && every < floor {
+		r.setReady(s, false, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.schedule %q takes a backup every %s: the platform allows one every %s at most", s.Spec.Schedule, every, floor))
+		return ctrl.Result{}, nil
+	}
+	running, err := r.prune(ctx, s)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now().UTC()
@@ -103,6 +137,13 @@ func (r *ApiServerBackupScheduleReconciler) reconcile(ctx context.Context, s *v1
 	if s.Spec.Suspend {
 		s.Status.NextScheduleTime = nil
 		r.setReady(s, true, "Suspended", "spec.suspend: no backup is taken")
+		return ctrl.Result{}, nil
+	}
+	if !due.After(now) && running != "" {
+		// Never two at once: the one running ends first (its end brings
+		// the schedule back), then one backup for the time that came.
+		s.Status.NextScheduleTime = nil
+		r.setReady(s, true, "Waiting", fmt.Sprintf("A backup is due; ApiServerBackup %s of this schedule has not ended yet", running))
 		return ctrl.Result{}, nil
 	}
 	if !due.After(now) {
@@ -140,11 +181,18 @@ func (r *ApiServerBackupScheduleReconciler) reconcile(ctx context.Context, s *v1
 
 // prune deletes the schedule's completed backups beyond spec.keep, oldest
 // first, and its failed ones older than its newest completed one; never
-// one that a tenant is being restored from.
-func (r *ApiServerBackupScheduleReconciler) prune(ctx context.Context, s *v1alpha1.ApiServerBackupSchedule) error {
+// one that a tenant is being restored from. It returns the name of a
+// backup of the schedule that has not ended ("" when none).
+func (r *ApiServerBackupScheduleReconciler) prune(ctx context.Context, s *v1alpha1.ApiServerBackupSchedule) (string, error) {
 	list := &v1alpha1.ApiServerBackupList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingLabels{v1alpha1.BackupScheduleLabel: s.Name}); err != nil {
-		return fmt.Errorf("listing the schedule's backups: %w", err)
+		return "", fmt.Errorf("listing the schedule's backups: %w", err)
+	}
+	running := ""
+	for _, b := range list.Items {
+		if b.DeletionTimestamp.IsZero() && b.Status.Phase != v1alpha1.BackupCompleted && b.Status.Phase != v1alpha1.BackupFailed {
+			running = b.Name
+		}
 	}
 	backups := list.Items
 	slices.SortFunc(backups, func(a, b v1alpha1.ApiServerBackup) int {
@@ -152,7 +200,7 @@ func (r *ApiServerBackupScheduleReconciler) prune(ctx context.Context, s *v1alph
 	})
 	tenants := &v1alpha1.ApiServerConfigList{}
 	if err := r.Client.List(ctx, tenants, client.InNamespace(s.Namespace)); err != nil {
-		return fmt.Errorf("listing the tenants that may be restoring a backup: %w", err)
+		return "", fmt.Errorf("listing the tenants that may be restoring a backup: %w", err)
 	}
 	restoring := map[string]bool{}
 	for _, t := range tenants.Items {
@@ -176,10 +224,10 @@ func (r *ApiServerBackupScheduleReconciler) prune(ctx context.Context, s *v1alph
 			continue // a tenant that starts from it needs it until it started
 		}
 		if err := client.IgnoreNotFound(r.Client.Delete(ctx, b)); err != nil {
-			return fmt.Errorf("deleting ApiServerBackup %s, beyond the %d the schedule keeps: %w", b.Name, keep, err)
+			return "", fmt.Errorf("deleting ApiServerBackup %s, beyond the %d the schedule keeps: %w", b.Name, keep, err)
 		}
 	}
-	return nil
+	return running, nil
 }
 
 func ptrOr[T any](p *T, v T) T {

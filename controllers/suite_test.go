@@ -119,7 +119,9 @@ func run(m *testing.M) (int, error) {
 	if err := backups.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}
-	schedules := &ApiServerBackupScheduleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator")}
+	// Schedules of seconds, so that retention is seen within a test.
+	schedules := &ApiServerBackupScheduleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"),
+		MinInterval: 2 * time.Second}
 	if err := schedules.SetupWithManager(mgr); err != nil {
 		return 0, err
 	}
