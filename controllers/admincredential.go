@@ -126,6 +126,12 @@ func (r *AdminCredentialRequestReconciler) Reconcile(ctx context.Context, req ct
 	return r.issue(ctx, acr, now)
 }
 
+// credentialProofName is what the proof of a request's credential Secret
+// binds it to (apiserver.Ownership): the request, never a tenant.
+func credentialProofName(acr *v1alpha1.AdminCredentialRequest) string {
+	return "AdminCredentialRequest/" + acr.Name
+}
+
 // issue answers a request: with the Secret an earlier pass created (its
 // status update lost), or with a new credential.
 func (r *AdminCredentialRequestReconciler) issue(ctx context.Context, acr *v1alpha1.AdminCredentialRequest, now time.Time) (ctrl.Result, error) {
@@ -133,7 +139,7 @@ func (r *AdminCredentialRequestReconciler) issue(ctx context.Context, acr *v1alp
 	existing := &corev1.Secret{}
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: acr.Namespace, Name: name}, existing); {
 	case err == nil:
-		if !metav1.IsControlledBy(existing, acr) {
+		if !metav1.IsControlledBy(existing, acr) || !r.Ownership.Proven(credentialProofName(acr), acr.UID, existing) {
 			return ctrl.Result{RequeueAfter: time.Minute}, r.refuse(ctx, acr, v1alpha1.ReasonSecretNameTaken,
 				fmt.Sprintf("Secret %s/%s exists and is not this request's: delete or rename it, or create the request under another name", acr.Namespace, name))
 		}
@@ -188,6 +194,9 @@ func (r *AdminCredentialRequestReconciler) issue(ctx context.Context, acr *v1alp
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{apiserver.KubeconfigKey: kubeconfig},
 	}
+	// Only a credential the operator wrote is ever handed out: one planted
+	// with the request's owner reference is someone else's.
+	r.Ownership.Prove(credentialProofName(acr), acr.UID, s)
 	if err := r.Client.Create(ctx, s); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Another pass created it: the next one takes it.

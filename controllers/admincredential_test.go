@@ -203,6 +203,45 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	if s := get(t, foreign); string(s.Data["value"]) != "not yours" || len(s.OwnerReferences) != 0 {
 		t.Errorf("the foreign Secret was changed: %v, owners %v", s.Data, s.OwnerReferences)
 	}
+
+	// A credential planted with the request's owner reference (its uid is
+	// readable) while the request waits is never handed out as its answer.
+	carol := credentialRequest(ns, "carol", "not-yet", "carol", 600)
+	if err := env.Client.Create(ctx, carol); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the request waits for its tenant", func() error {
+		if c := readyOf(get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: carol.ObjectMeta})); c == nil || c.Reason != v1alpha1.ReasonTenantNotFound {
+			return fmt.Errorf("Ready is %v", c)
+		}
+		return nil
+	})
+	carol = get(t, carol)
+	theirs, err := pki.NewSelfSignedCA("theirs", v1alpha1.KeyAlgorithm("ECDSAP256"), time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, _, err := pki.Credential(theirs, "not-yet", "https://attacker.example.com", theirs.CertPEM(), "carol", nil, v1alpha1.KeyAlgorithm("ECDSAP256"), time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AdminCredentialSecretName(carol.Name),
+			Labels: map[string]string{"app.kubernetes.io/managed-by": apiserver.FieldOwner, AdminCredentialRequestLabel: carol.Name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "AdminCredentialRequest",
+				Name: carol.Name, UID: carol.UID, Controller: ptr.To(true)}}},
+		Data: map[string][]byte{apiserver.KubeconfigKey: kubeconfig},
+	}
+	if err := env.Client.Create(ctx, planted); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the request says the planted Secret is not its own", func() error {
+		got := get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: carol.ObjectMeta})
+		if c := readyOf(got); c == nil || c.Reason != v1alpha1.ReasonSecretNameTaken || got.Status.ExpirationTimestamp != nil || got.Status.SecretName != "" {
+			return fmt.Errorf("Ready is %v, status %+v", c, got.Status)
+		}
+		return nil
+	})
 }
 
 // TestApiServerConfigReconciler_AdminKubeconfigIsShortLivedAndCanBeTurnedOff:
