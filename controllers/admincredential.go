@@ -5,8 +5,10 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -65,6 +67,60 @@ type AdminCredentialRequestReconciler struct {
 	// MaxConcurrentReconciles is how many requests are answered at once
 	// (2 when zero): each costs a key generation and a signature.
 	MaxConcurrentReconciles int
+	// PerNamespace bounds the credentials issued for one namespace
+	// (DefaultCredentialRate when zero): a namespace that asks for
+	// thousands delays no other's.
+	PerNamespace CredentialRate
+
+	budgets namespaceBudgets
+}
+
+// CredentialRate is how many credentials a namespace gets: Burst at once,
+// then PerMinute.
+type CredentialRate struct {
+	PerMinute float64
+	Burst     int
+}
+
+// DefaultCredentialRate: a burst of 20, then one every 2 seconds.
+var DefaultCredentialRate = CredentialRate{PerMinute: 30, Burst: 20}
+
+// namespaceBudgets holds a token bucket per namespace that asked lately;
+// a full bucket says nothing a new one would not, so it goes (the map holds
+// the namespaces asking now, not every namespace that ever asked).
+type namespaceBudgets struct {
+	mu      sync.Mutex
+	buckets map[string]*rate.Limiter
+}
+
+// take spends one credential of namespace's budget, or says how long
+// until there is one.
+func (b *namespaceBudgets) take(namespace string, r CredentialRate, now time.Time) (bool, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buckets == nil {
+		b.buckets = map[string]*rate.Limiter{}
+	}
+	if len(b.buckets) > 1024 {
+		for ns, l := range b.buckets {
+			if l.TokensAt(now) >= float64(l.Burst()) {
+				delete(b.buckets, ns)
+			}
+		}
+	}
+	l := b.buckets[namespace]
+	if l == nil {
+		l = rate.NewLimiter(rate.Limit(r.PerMinute/60), r.Burst)
+		b.buckets[namespace] = l
+	}
+	if l.AllowN(now, 1) {
+		return true, 0
+	}
+	wait := time.Second
+	if r.PerMinute > 0 {
+		wait = time.Duration(float64(time.Minute) / r.PerMinute)
+	}
+	return false, wait
 }
 
 // SetupWithManager registers the controller: requests, their Secrets, and
@@ -166,6 +222,14 @@ func (r *AdminCredentialRequestReconciler) issue(ctx context.Context, acr *v1alp
 	}
 	if why != "" {
 		return ctrl.Result{}, r.refuse(ctx, acr, v1alpha1.ReasonTenantNotServing, why+"; the request is answered as soon as that changes")
+	}
+	budget := r.PerNamespace
+	if budget.Burst == 0 {
+		budget = DefaultCredentialRate
+	}
+	if ok, wait := r.budgets.take(acr.Namespace, budget, now); !ok {
+		return ctrl.Result{RequeueAfter: wait}, r.refuse(ctx, acr, v1alpha1.ReasonRateLimited,
+			fmt.Sprintf("namespace %s asked for more than %d credentials at once and %g a minute after: this one is answered when its turn comes", acr.Namespace, budget.Burst, budget.PerMinute))
 	}
 	alg := tenant.Spec.Certificates.KeyAlgorithm
 	if alg == "" {

@@ -356,3 +356,33 @@ func TestDeploymentInputs_LeaveTheAdminCredentialsOut(t *testing.T) {
 		t.Errorf("a spec without adminCredentials writes it: %s", data)
 	}
 }
+
+// A namespace that asks for many credentials gets its burst, then one at
+// the rate; another namespace's budget is its own, and a bucket that
+// refilled goes from memory.
+func TestNamespaceBudgets_ANamespaceFloodDelaysNoOther(t *testing.T) {
+	var b namespaceBudgets
+	r := CredentialRate{PerMinute: 60, Burst: 2}
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	for i := range 2 {
+		if ok, _ := b.take("flood", r, now); !ok {
+			t.Fatalf("credential %d of the burst refused", i+1)
+		}
+	}
+	if ok, wait := b.take("flood", r, now); ok || wait != time.Second {
+		t.Fatalf("past the burst: ok %v, wait %s; want a refusal for 1s", ok, wait)
+	}
+	if ok, _ := b.take("neighbour", r, now); !ok {
+		t.Fatal("another namespace is refused while one floods")
+	}
+	if ok, _ := b.take("flood", r, now.Add(time.Second)); !ok {
+		t.Fatal("a second later the flooding namespace gets none")
+	}
+	for i := range 1100 {
+		b.take(fmt.Sprintf("ns-%d", i), r, now)
+	}
+	b.take("last", r, now.Add(time.Hour))
+	if n := len(b.buckets); n > 2 {
+		t.Fatalf("%d buckets kept an hour later, want those not full only", n)
+	}
+}

@@ -126,4 +126,8 @@ const (
 	// ReasonSecretNameTaken: a Secret that is not the request's holds the
 	// name the credential's Secret would take.
 	ReasonSecretNameTaken = "SecretNameTaken"
+	// ReasonRateLimited: the namespace asked for more credentials than the
+	// platform answers a minute; the request is answered when its turn
+	// comes.
+	ReasonRateLimited = "RateLimited"
 )
