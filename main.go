@@ -119,6 +119,8 @@ type options struct {
 	caTrustPropagation            time.Duration
 	ownershipKey                  string
 	backupMinInterval             time.Duration
+	backupS3Endpoints             []string
+	backupTimeout                 time.Duration
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -199,6 +201,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Secret, as <namespace>/<name>, of the key with which the controllers prove that they wrote a tenant's Secrets and Deployment (made at the first start; back it up with the platform's Secrets). Default: "+ownership.DefaultSecretName+" in the manager's namespace ($POD_NAMESPACE).")
 	fs.DurationVar(&o.backupMinInterval, "backup-schedule-min-interval", controllers.DefaultMinBackupInterval,
 		"The least time an ApiServerBackupSchedule may leave between two of its backups; a schedule of shorter gaps is refused in its status (backups of every namespace take turns).")
+	fs.Func("backup-s3-endpoints",
+		"Comma-separated S3 endpoints that storage.s3 of an ApiServerBackup may name: host:port, or a host with any port. The operator reaches them from its own network position. Default: any endpoint.",
+		func(v string) error { o.backupS3Endpoints = splitList(v); return nil })
+	fs.DurationVar(&o.backupTimeout, "backup-timeout", controllers.DefaultBackupTimeout,
+		"The longest one backup or one restore may take: a backup that takes longer fails, a restore is held and starts over later.")
 	fs.StringVar(&o.backupDir, "backup-dir", "",
 		"The backup volume: where ApiServerBackups with storage.volume keep their archives, as <namespace>/<name>.backup (mount a persistent volume there). Empty refuses storage.volume.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
@@ -405,6 +412,8 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		CATrustPropagation:        o.caTrustPropagation,
 		TenantIndex:               tenants,
 		BackupDir:                 o.backupDir,
+		BackupS3Endpoints:         o.backupS3Endpoints,
+		BackupTimeout:             o.backupTimeout,
 		Datastores:                datastores,
 	}
 	if o.controllers {
@@ -414,7 +423,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		backups := &controllers.ApiServerBackupReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, Dir: o.backupDir,
-			Datastores: datastores, Ownership: owners,
+			Datastores: datastores, Ownership: owners, S3Endpoints: o.backupS3Endpoints, Timeout: o.backupTimeout,
 		}
 		if err := backups.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackup controller: %w", err)

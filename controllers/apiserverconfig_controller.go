@@ -140,6 +140,11 @@ type ApiServerConfigReconciler struct {
 	// BackupDir is the backup volume (--backup-dir), which a restore
 	// (spec.restore) reads archives from.
 	BackupDir string
+	// BackupS3Endpoints are the S3 endpoints the platform allows (see
+	// ArchivePlaces).
+	BackupS3Endpoints []string
+	// BackupTimeout bounds one restore (DefaultBackupTimeout when zero).
+	BackupTimeout time.Duration
 	// Datastores are the platform's etcd datastores (DatastoreLabel); nil
 	// knows none.
 	Datastores *Datastores

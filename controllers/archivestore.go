@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"strings"
 
@@ -26,11 +27,42 @@ const (
 	S3SecretAccessKeyKey = "secretAccessKey"
 )
 
+// ArchivePlaces are where the platform lets archives be kept.
+type ArchivePlaces struct {
+	// Dir is the backup volume (--backup-dir); empty refuses
+	// storage.volume.
+	Dir string
+	// S3Endpoints are the S3 endpoints storage.s3 may name
+	// (--backup-s3-endpoints): host:port, or a host with any port; any
+	// endpoint when empty. An endpoint is reached from the operator's own
+	// network position.
+	S3Endpoints []string
+}
+
+// allowsS3 reports whether endpoint (host[:port]) is one the platform
+// allows.
+func (a ArchivePlaces) allowsS3(endpoint string) bool {
+	if len(a.S3Endpoints) == 0 {
+		return true
+	}
+	host := endpoint
+	if h, _, err := net.SplitHostPort(endpoint); err == nil {
+		host = h
+	}
+	for _, allowed := range a.S3Endpoints {
+		if strings.EqualFold(allowed, endpoint) || (!strings.Contains(allowed, ":") && strings.EqualFold(allowed, host)) {
+			return true
+		}
+	}
+	return false
+}
+
 // storeOf is where b's archive is kept. It follows from the backup's spec,
 // namespace and name only, never from its status (a status is anyone's
 // who may write it).
-func storeOf(ctx context.Context, reader client.Reader, dir string, b *v1alpha1.ApiServerBackup) (archives.Store, error) {
+func storeOf(ctx context.Context, reader client.Reader, places ArchivePlaces, b *v1alpha1.ApiServerBackup) (archives.Store, error) {
 	name := b.Name + ".backup"
+	dir := places.Dir
 	switch {
 	case b.Spec.Storage.Volume != nil:
 		if dir == "" {
@@ -39,6 +71,9 @@ func storeOf(ctx context.Context, reader client.Reader, dir string, b *v1alpha1.
 		return archives.Volume(filepath.Join(dir, b.Namespace, name)), nil
 	case b.Spec.Storage.S3 != nil:
 		spec := b.Spec.Storage.S3
+		if !places.allowsS3(spec.Endpoint) {
+			return nil, fail("S3EndpointNotAllowed", "storage.s3.endpoint %s is not one the platform allows (%s): ask the platform to allow it, or use another", spec.Endpoint, strings.Join(places.S3Endpoints, ", "))
+		}
 		creds := &corev1.Secret{}
 		if err := reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: spec.CredentialsSecretName}, creds); err != nil {
 			return nil, fmt.Errorf("reading the S3 credentials (Secret %s named by storage.s3.credentialsSecretName): %w", spec.CredentialsSecretName, err)
@@ -75,7 +110,7 @@ func (r *ApiServerBackupReconciler) removeArchive(ctx context.Context, b *v1alph
 	if b.Status.Phase != v1alpha1.BackupCompleted {
 		return nil // an archive exists only once the backup completed
 	}
-	store, err := storeOf(ctx, r.APIReader, r.Dir, b)
+	store, err := storeOf(ctx, r.APIReader, ArchivePlaces{Dir: r.Dir, S3Endpoints: r.S3Endpoints}, b)
 	var failed *backupFailure
 	switch {
 	case apierrors.IsNotFound(err) || errors.As(err, &failed):
@@ -90,7 +125,7 @@ func (r *ApiServerBackupReconciler) removeArchive(ctx context.Context, b *v1alph
 
 // openArchive reads a completed backup's archive, unsealed, with the
 // identity Secret the operator made for it.
-func openArchive(ctx context.Context, reader client.Reader, dir string, b *v1alpha1.ApiServerBackup) (io.ReadCloser, error) {
+func openArchive(ctx context.Context, reader client.Reader, places ArchivePlaces, b *v1alpha1.ApiServerBackup) (io.ReadCloser, error) {
 	s := &corev1.Secret{}
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: BackupKeySecretName(b.Name)}, s); err != nil {
 		return nil, fmt.Errorf("reading the identity of backup %s (Secret %s): %w", b.Name, BackupKeySecretName(b.Name), err)
@@ -98,7 +133,7 @@ func openArchive(ctx context.Context, reader client.Reader, dir string, b *v1alp
 	if !metav1.IsControlledBy(s, b) {
 		return nil, fmt.Errorf("%w: Secret %s is not backup %s's own", backup.ErrCorrupt, s.Name, b.Name)
 	}
-	store, err := storeOf(ctx, reader, dir, b)
+	store, err := storeOf(ctx, reader, places, b)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,12 @@ type ApiServerBackupReconciler struct {
 	// Dir is the backup volume (--backup-dir); empty refuses volume
 	// storage.
 	Dir string
+	// S3Endpoints are the S3 endpoints the platform allows (see
+	// ArchivePlaces).
+	S3Endpoints []string
+	// Timeout bounds one backup (DefaultBackupTimeout when zero): one that
+	// takes longer fails, and the worker goes on to the next.
+	Timeout time.Duration
 	// Datastores are the platform's etcd datastores: a backup of a tenant
 	// on one reads as its root.
 	Datastores *Datastores
@@ -116,7 +123,13 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 	}
 	before := b.DeepCopy()
-	wait, err := r.take(ctx, b)
+	timeout := cmp.Or(r.Timeout, DefaultBackupTimeout)
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	wait, err := r.take(tctx, b)
+	if err != nil && tctx.Err() != nil && ctx.Err() == nil {
+		err = fail("TimedOut", "the backup took longer than %s (--backup-timeout) and was stopped; its archive was not kept: ask the platform for a longer timeout, or back up less often", timeout)
+	}
+	cancel()
 	var failed *backupFailure
 	switch {
 	case errors.As(err, &failed):
@@ -137,6 +150,9 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	return ctrl.Result{RequeueAfter: wait}, err
 }
+
+// DefaultBackupTimeout bounds one backup and one restore.
+const DefaultBackupTimeout = time.Hour
 
 // backupFailure ends a backup: only another backup can do better.
 type backupFailure struct {
@@ -184,7 +200,7 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 	if err != nil {
 		return 0, err
 	}
-	store, err := storeOf(ctx, r.APIReader, r.Dir, b)
+	store, err := storeOf(ctx, r.APIReader, ArchivePlaces{Dir: r.Dir, S3Endpoints: r.S3Endpoints}, b)
 	if err != nil {
 		return 0, err
 	}

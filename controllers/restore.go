@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,9 +84,19 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 	// The whole archive is read once before anything is written: one that
 	// is truncated, altered, gone, or that this tenant cannot take, is
 	// refused with nothing written.
+	// A restore reads and writes a whole tenant on a reconcile worker: it
+	// has a deadline, past which it is held and starts over later.
+	timeout := cmp.Or(r.BackupTimeout, DefaultBackupTimeout)
+	outer := ctx
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	timedOut := func(err error) bool { return err != nil && ctx.Err() != nil && outer.Err() == nil }
 	if err := r.verifyArchive(ctx, p, b); err != nil {
 		if errors.Is(err, backup.ErrCorrupt) || errors.Is(err, archives.ErrGone) || errors.Is(err, errCannotTake) {
 			return hold(true, "ApiServerBackup %s cannot be restored: %v", name, err)
+		}
+		if timedOut(err) {
+			return hold(true, "Reading ApiServerBackup %s took longer than %s (--backup-timeout): the restore starts over later", name, timeout)
 		}
 		return err
 	}
@@ -120,6 +131,9 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 		p.before.Status.RestoredFrom = name
 	}
 	written, err := r.restoreArchive(ctx, p, b, prefix)
+	if timedOut(err) {
+		return hold(true, "Restoring ApiServerBackup %s took longer than %s (--backup-timeout): the restore starts over later, from the start", name, timeout)
+	}
 	if err != nil {
 		return err // proven whole above: retried, from the start
 	}
@@ -139,7 +153,7 @@ var errCannotTake = errors.New("the tenant cannot take it")
 // placement (which resources an override stores apart), and, for
 // encrypted data, encryption the operator manages.
 func (r *ApiServerConfigReconciler) verifyArchive(ctx context.Context, p *pass, b *v1alpha1.ApiServerBackup) error {
-	in, err := openArchive(ctx, r.APIReader, r.BackupDir, b)
+	in, err := openArchive(ctx, r.APIReader, ArchivePlaces{Dir: r.BackupDir, S3Endpoints: r.BackupS3Endpoints}, b)
 	if err != nil {
 		return err
 	}
@@ -203,7 +217,7 @@ func (r *ApiServerConfigReconciler) restoreArchive(ctx context.Context, p *pass,
 	if !ok {
 		return 0, errors.New("restoring needs the operator's etcd client")
 	}
-	in, err := openArchive(ctx, r.APIReader, r.BackupDir, b)
+	in, err := openArchive(ctx, r.APIReader, ArchivePlaces{Dir: r.BackupDir, S3Endpoints: r.BackupS3Endpoints}, b)
 	if err != nil {
 		return 0, err
 	}
