@@ -145,6 +145,10 @@ type ApiServerConfigReconciler struct {
 	BackupS3Endpoints []string
 	// BackupTimeout bounds one restore (DefaultBackupTimeout when zero).
 	BackupTimeout time.Duration
+
+	// restores run off the reconcile workers (restoreJobs).
+	restores     *restoreJobs
+	restoresOnce sync.Once
 	// Datastores are the platform's etcd datastores (DatastoreLabel); nil
 	// knows none.
 	Datastores *Datastores
@@ -321,6 +325,10 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	b = b.WatchesRawSource(r.auditWatch.source())
+	if err := mgr.Add(r.restoreJobs()); err != nil {
+		return err
+	}
+	b = b.WatchesRawSource(r.restores.source())
 	return b.Named("apiserverconfig").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		Complete(r)

@@ -151,6 +151,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.removedAPIs.forget(req.NamespacedName)
 			r.forgetAgents(req.NamespacedName)
 			r.forgetAudit(req.NamespacedName)
+			r.restoreJobs().forget(req.NamespacedName)
 			if r.etcdWatch != nil {
 				r.etcdWatch.forget(req.NamespacedName)
 			}
@@ -181,6 +182,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		r.forgetAgents(req.NamespacedName)
 		r.forgetAudit(req.NamespacedName)
+		r.restoreJobs().forget(req.NamespacedName)
 		if err := r.clearPaused(ctx, cfg); err != nil {
 			return ctrl.Result{}, err
 		}

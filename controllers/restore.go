@@ -81,44 +81,97 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 		return hold(false, "Waiting for ApiServerBackup %s to complete before restoring it", name)
 	}
 
-	// The whole archive is read once before anything is written: one that
-	// is truncated, altered, gone, or that this tenant cannot take, is
-	// refused with nothing written.
-	// A restore reads and writes a whole tenant on a reconcile worker: it
-	// has a deadline, past which it is held and starts over later.
+	// The restore runs off the reconcile workers (restoreJobs): this pass
+	// starts it, the pass its end brings takes its outcome.
 	timeout := cmp.Or(r.BackupTimeout, DefaultBackupTimeout)
-	outer := ctx
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	timedOut := func(err error) bool { return err != nil && ctx.Err() != nil && outer.Err() == nil }
+	jobs := r.restoreJobs()
+	key := client.ObjectKeyFromObject(p.cfg)
+	job := jobs.get(key)
+	if job == nil || job.backup != b.UID {
+		// What the restore needs of the pass, as it stands now.
+		snapshot := &pass{cfg: p.cfg.DeepCopy(), before: p.before.DeepCopy(), c: p.c, etcdTLS: p.etcdTLS, enc: p.enc, now: p.now}
+		jobs.start(p.cfg, b.UID, p.now, timeout, func(ctx context.Context) restoreOutcome {
+			return r.runRestore(ctx, snapshot, b, prefix, timeout)
+		})
+		return r.restoring(p, name, p.now, timeout)
+	}
+	if !job.finished {
+		return r.restoring(p, name, job.started, timeout)
+	}
+	jobs.forget(key)
+	switch out := job.out; {
+	case out.hold != "":
+		return hold(true, "%s", out.hold)
+	case out.err != nil:
+		return out.err // retried, from the start
+	default:
+		p.cfg.Status.RestoredFrom = name
+		p.cfg.Status.DataPrefix, p.cfg.Status.DataServers = prefix, apiserver.KeyspaceOf(&p.c.Spec.Etcd).Addresses
+		r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonRestored, "Data",
+			"Restored %d keys from ApiServerBackup %s under %s, with its encryption keys, CAs and service-account key", out.written, name, prefix)
+		p.requeueWithin(time.Millisecond)
+		p.done = true
+		return nil
+	}
+}
+
+// restoring says that the tenant's restore runs (since started): the
+// tenant waits, and is Stalled only once the restore outlived its deadline.
+func (r *ApiServerConfigReconciler) restoring(p *pass, backupName string, started time.Time, timeout time.Duration) error {
+	p.obs.failure = &envFailure{reason: v1alpha1.ReasonRestoring, since: started, grace: timeout,
+		message: fmt.Sprintf("Restoring ApiServerBackup %s (since %s): the tenant starts once its data and keys are written", backupName, started.UTC().Format(time.RFC3339))}
+	p.requeueWithin(restoreWait)
+	p.done = true
+	return nil
+}
+
+// restoreJobs are the reconciler's restores (made on first use by a
+// reconciler that was not set up with a manager).
+func (r *ApiServerConfigReconciler) restoreJobs() *restoreJobs {
+	r.restoresOnce.Do(func() {
+		if r.restores == nil {
+			r.restores = newRestoreJobs()
+		}
+	})
+	return r.restores
+}
+
+// runRestore reads the whole archive once before anything is written (one
+// that is truncated, altered, gone, or that this tenant cannot take, is
+// refused with nothing written), then writes the backup's Secrets and
+// every key under the tenant's prefix, within ctx's deadline. p is the
+// pass that started it, as it stood.
+func (r *ApiServerConfigReconciler) runRestore(ctx context.Context, p *pass, b *v1alpha1.ApiServerBackup, prefix string, timeout time.Duration) restoreOutcome {
+	name := b.Name
+	timedOut := func(err error) bool { return err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) }
 	if err := r.verifyArchive(ctx, p, b); err != nil {
-		if errors.Is(err, backup.ErrCorrupt) || errors.Is(err, archives.ErrGone) || errors.Is(err, errCannotTake) {
-			return hold(true, "ApiServerBackup %s cannot be restored: %v", name, err)
+		switch {
+		case errors.Is(err, backup.ErrCorrupt) || errors.Is(err, archives.ErrGone) || errors.Is(err, errCannotTake):
+			return restoreOutcome{hold: fmt.Sprintf("ApiServerBackup %s cannot be restored: %v", name, err)}
+		case timedOut(err):
+			return restoreOutcome{hold: fmt.Sprintf("Reading ApiServerBackup %s took longer than %s (--backup-timeout): the restore starts over later", name, timeout)}
 		}
-		if timedOut(err) {
-			return hold(true, "Reading ApiServerBackup %s took longer than %s (--backup-timeout): the restore starts over later", name, timeout)
-		}
-		return err
+		return restoreOutcome{err: err}
 	}
 	keys := apiserver.KeysUnder(prefix)
 	counts := make([]int64, len(p.c.Etcd.Sets))
 	for i, set := range p.c.Etcd.Sets {
 		n, err := r.Etcd.Count(ctx, set, p.etcdTLS, keys)
 		if err != nil {
-			return fmt.Errorf("restoring: %w", err)
+			return restoreOutcome{err: fmt.Errorf("restoring: %w", err)}
 		}
 		counts[i] = n[0]
 	}
 	if slices.ContainsFunc(counts, func(n int64) bool { return n > 0 }) {
 		if p.cfg.Status.RestoredFrom != name {
-			return hold(true, "The tenant's etcd prefix %s holds keys already: a restore writes into an empty prefix only; choose another spec.etcd.prefix, or delete them (etcdctl del --prefix %s)", prefix, keys)
+			return restoreOutcome{hold: fmt.Sprintf("The tenant's etcd prefix %s holds keys already: a restore writes into an empty prefix only; choose another spec.etcd.prefix, or delete them (etcdctl del --prefix %s)", prefix, keys)}
 		}
 		for i, set := range p.c.Etcd.Sets {
 			if counts[i] == 0 {
 				continue
 			}
 			if _, err := r.Etcd.Delete(ctx, set, p.etcdTLS, keys); err != nil {
-				return fmt.Errorf("restoring again: removing what the restore cut short wrote: %w", err)
+				return restoreOutcome{err: fmt.Errorf("restoring again: removing what the restore cut short wrote: %w", err)}
 			}
 		}
 	}
@@ -126,23 +179,17 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 		before := p.cfg.DeepCopy()
 		p.cfg.Status.RestoredFrom = name
 		if err := r.Client.Status().Patch(ctx, p.cfg, client.MergeFrom(before)); err != nil {
-			return fmt.Errorf("saying that the restore of %s begins: %w", name, err)
+			return restoreOutcome{err: fmt.Errorf("saying that the restore of %s begins: %w", name, err)}
 		}
-		p.before.Status.RestoredFrom = name
 	}
 	written, err := r.restoreArchive(ctx, p, b, prefix)
-	if timedOut(err) {
-		return hold(true, "Restoring ApiServerBackup %s took longer than %s (--backup-timeout): the restore starts over later, from the start", name, timeout)
+	switch {
+	case timedOut(err):
+		return restoreOutcome{hold: fmt.Sprintf("Restoring ApiServerBackup %s took longer than %s (--backup-timeout): the restore starts over later, from the start", name, timeout)}
+	case err != nil:
+		return restoreOutcome{err: err} // proven whole above: retried, from the start
 	}
-	if err != nil {
-		return err // proven whole above: retried, from the start
-	}
-	p.cfg.Status.DataPrefix, p.cfg.Status.DataServers = prefix, apiserver.KeyspaceOf(&p.c.Spec.Etcd).Addresses
-	r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonRestored, "Data",
-		"Restored %d keys from ApiServerBackup %s under %s, with its encryption keys, CAs and service-account key", written, name, prefix)
-	p.requeueWithin(time.Millisecond)
-	p.done = true
-	return nil
+	return restoreOutcome{written: written}
 }
 
 // errCannotTake: the tenant cannot take the backup as its spec stands.

@@ -193,6 +193,9 @@ const (
 	// restored (missing, failed, not complete yet, an archive that does not
 	// read, a prefix that is not empty).
 	ReasonRestoreFailed = "RestoreFailed"
+	// ReasonRestoring: the tenant's data and keys are being restored from
+	// the backup spec.restore names; it starts once they are written.
+	ReasonRestoring = "Restoring"
 	// ReasonRestored: a tenant started from a backup (an event).
 	ReasonRestored = "Restored"
 	// ReasonRetainedKeyspace: the tenant's etcd prefix overlaps the data a
