@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -152,4 +153,13 @@ func openArchive(ctx context.Context, reader client.Reader, places ArchivePlaces
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// logStoreDetail logs what an archive store's failure in err was, which
+// status does not say (archives.StoreError).
+func logStoreDetail(ctx context.Context, obj client.Object, err error) {
+	var store *archives.StoreError
+	if errors.As(err, &store) && store.Detail != nil {
+		ctrl.LoggerFrom(ctx).Info("An archive store failed", "object", klog.KObj(obj), "what", store.What, "location", store.Location, "error", store.Detail.Error())
+	}
 }

@@ -137,6 +137,7 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		r.event(b, corev1.EventTypeWarning, failed.reason, "Backup", "%s", failed.Error())
 		err = nil
 	case err != nil:
+		logStoreDetail(ctx, b, err)
 		r.setPhase(b, v1alpha1.BackupRunning, "Retrying", "The backup failed and is retried: "+err.Error())
 	case wait > 0:
 		// setPhase was called by take with what it waits for.

@@ -103,6 +103,7 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 	case out.hold != "":
 		return hold(true, "%s", out.hold)
 	case out.err != nil:
+		logStoreDetail(ctx, p.cfg, out.err)
 		return out.err // retried, from the start
 	default:
 		p.cfg.Status.RestoredFrom = name

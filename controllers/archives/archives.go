@@ -185,7 +185,7 @@ func (s *bucket) Create(ctx context.Context) (Destination, error) {
 			PartSize: PartSize, ContentType: "application/octet-stream",
 		})
 		if err != nil {
-			err = fmt.Errorf("uploading the archive to %s: %w", s.Location(), err)
+			err = s3Error("uploading the archive to", s.Location(), err)
 		}
 		_ = pr.CloseWithError(err) // never fails
 		d.done <- err
@@ -198,19 +198,19 @@ func (s *bucket) Open(ctx context.Context) (io.ReadCloser, error) {
 		if minio.ToErrorResponse(err).Code == "NoSuchKey" {
 			return nil, fmt.Errorf("%w from %s", ErrGone, s.Location())
 		}
-		return nil, fmt.Errorf("reading the archive %s: %w", s.Location(), err)
+		return nil, s3Error("reading the archive", s.Location(), err)
 	}
 	obj, err := s.client.GetObject(ctx, s.o.Bucket, s.o.Object, minio.GetObjectOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("reading the archive %s: %w", s.Location(), err)
+		return nil, s3Error("reading the archive", s.Location(), err)
 	}
-	return obj, nil
+	return coarseReader{ReadCloser: obj, location: s.Location()}, nil
 }
 
 func (s *bucket) Remove(ctx context.Context) error {
 	err := s.client.RemoveObject(ctx, s.o.Bucket, s.o.Object, minio.RemoveObjectOptions{})
 	if code := minio.ToErrorResponse(err).Code; err != nil && code != "NoSuchKey" && code != "NoSuchBucket" {
-		return fmt.Errorf("removing the archive %s: %w", s.Location(), err)
+		return s3Error("removing the archive", s.Location(), err)
 	}
 	return nil
 }

@@ -51,9 +51,17 @@ func (g stallGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-func (g stallGuard) stalled() error {
-	return fmt.Errorf("the S3 service at %s sent or took nothing for %s", g.host, g.after)
+// stallError: a request moved no byte for the stall timeout.
+type stallError struct {
+	host  string
+	after time.Duration
 }
+
+func (e *stallError) Error() string {
+	return fmt.Sprintf("the S3 service at %s sent or took nothing for %s", e.host, e.after)
+}
+
+func (g stallGuard) stalled() error { return &stallError{host: g.host, after: g.after} }
 
 // progress restarts the stall timer on each read that moved bytes.
 type progress struct {

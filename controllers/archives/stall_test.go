@@ -2,7 +2,9 @@ package archives
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -106,5 +108,39 @@ func TestS3_AnEndpointThatNeverAnswersFailsTheOpen(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the open never ended")
+	}
+}
+
+// A failure to reach the S3 service reads the same in status whether the
+// address refused, did not exist or spoke no TLS: the network's detail
+// stays in the error's Detail, for the operator's log.
+func TestS3_StatusDoesNotMapTheNetwork(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := lis.Addr().String()
+	_ = lis.Close()
+	plain := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(plain.Close)
+	messages := map[string]string{}
+	for name, endpoint := range map[string]string{"refused": refused, "plain http spoken to tls": strings.TrimPrefix(plain.URL, "http://")} {
+		store, err := S3(S3Options{Endpoint: endpoint, Bucket: "backups", Object: "ns/x.backup", Region: "us-east-1",
+			AccessKeyID: "id", SecretAccessKey: "secret", StallTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = store.Open(context.Background())
+		var se *StoreError
+		if !errors.As(err, &se) || se.Detail == nil {
+			t.Fatalf("%s: %v, want a StoreError with its detail", name, err)
+		}
+		messages[name] = strings.ReplaceAll(err.Error(), endpoint, "<endpoint>")
+		if strings.Contains(err.Error(), "refused") || strings.Contains(err.Error(), "tls") || strings.Contains(err.Error(), "dial") {
+			t.Errorf("%s: status would say %q", name, err)
+		}
+	}
+	if messages["refused"] != messages["plain http spoken to tls"] {
+		t.Errorf("the two failures read differently: %q and %q", messages["refused"], messages["plain http spoken to tls"])
 	}
 }
