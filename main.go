@@ -121,6 +121,7 @@ type options struct {
 	backupMinInterval             time.Duration
 	backupS3Endpoints             []string
 	backupTimeout                 time.Duration
+	backupMaxBytes                int64
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -206,6 +207,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		func(v string) error { o.backupS3Endpoints = splitList(v); return nil })
 	fs.DurationVar(&o.backupTimeout, "backup-timeout", controllers.DefaultBackupTimeout,
 		"The longest one backup or one restore may take: a backup that takes longer fails, a restore is held and starts over later.")
+	fs.Int64Var(&o.backupMaxBytes, "backup-max-bytes", controllers.DefaultMaxBackupBytes,
+		"The largest archive one backup may write: a backup whose archive would be larger fails and keeps nothing (the backup volume and buckets are shared by every namespace).")
 	fs.StringVar(&o.backupDir, "backup-dir", "",
 		"The backup volume: where ApiServerBackups with storage.volume keep their archives, as <namespace>/<name>.backup (mount a persistent volume there). Empty refuses storage.volume.")
 	fs.StringVar(&o.validatorDir, "validator-dir", defaultValidatorDir(),
@@ -424,6 +427,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, Dir: o.backupDir,
 			Datastores: datastores, Ownership: owners, S3Endpoints: o.backupS3Endpoints, Timeout: o.backupTimeout,
+			MaxBytes: o.backupMaxBytes,
 		}
 		if err := backups.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackup controller: %w", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/backup"
+	"github.com/apiserver-operator/apiserver-operator/controllers/archives"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -69,6 +70,9 @@ type ApiServerBackupReconciler struct {
 	// Timeout bounds one backup (DefaultBackupTimeout when zero): one that
 	// takes longer fails, and the worker goes on to the next.
 	Timeout time.Duration
+	// MaxBytes bounds one archive (DefaultMaxBackupBytes when zero): a
+	// backup whose archive would be larger fails, and keeps nothing.
+	MaxBytes int64
 	// Datastores are the platform's etcd datastores: a backup of a tenant
 	// on one reads as its root.
 	Datastores *Datastores
@@ -126,6 +130,9 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	timeout := cmp.Or(r.Timeout, DefaultBackupTimeout)
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	wait, err := r.take(tctx, b)
+	if errors.Is(err, errTooLarge) {
+		err = fail("TooLarge", "the archive passed %d bytes (--backup-max-bytes), the most the platform keeps of one backup; its archive was not kept", cmp.Or(r.MaxBytes, DefaultMaxBackupBytes))
+	}
 	if err != nil && tctx.Err() != nil && ctx.Err() == nil {
 		err = fail("TimedOut", "the backup took longer than %s (--backup-timeout) and was stopped; its archive was not kept: ask the platform for a longer timeout, or back up less often", timeout)
 	}
@@ -154,6 +161,28 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 // DefaultBackupTimeout bounds one backup and one restore.
 const DefaultBackupTimeout = time.Hour
+
+// DefaultMaxBackupBytes bounds one archive: the backup volume and buckets
+// are shared by every namespace.
+const DefaultMaxBackupBytes = 8 << 30
+
+// errTooLarge: the archive passed its cap.
+var errTooLarge = errors.New("the archive is larger than the platform allows")
+
+// cappedDestination refuses to write an archive past limit bytes.
+type cappedDestination struct {
+	archives.Destination
+	limit, n int64
+}
+
+func (d *cappedDestination) Write(p []byte) (int, error) {
+	if d.n+int64(len(p)) > d.limit {
+		return 0, errTooLarge
+	}
+	n, err := d.Destination.Write(p)
+	d.n += int64(n)
+	return n, err
+}
 
 // backupFailure ends a backup: only another backup can do better.
 type backupFailure struct {
@@ -211,11 +240,13 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 		return 0, err
 	}
 	defer dest.Abort()
+	limit := cmp.Or(r.MaxBytes, DefaultMaxBackupBytes)
+	capped := &cappedDestination{Destination: dest, limit: limit}
 	now := metav1.NewTime(r.Clock.Now())
 	b.Status.StartTime, b.Status.Prefix, b.Status.KeySecretName = &now, cfg.Status.DataPrefix, keySecret
 	r.setPhase(b, v1alpha1.BackupRunning, "Running", "Reading the tenant's keys")
 
-	sealed, err := backup.Seal(dest, identity)
+	sealed, err := backup.Seal(capped, identity)
 	if err != nil {
 		return 0, err
 	}

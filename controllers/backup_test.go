@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
@@ -432,5 +433,47 @@ func TestApiServerConfigReconciler_AnAlteredArchiveIsNotRestored(t *testing.T) {
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.CASecretName(dst.Name)}, &corev1.Secret{}); err == nil {
 		t.Fatal("a Secret was restored from an altered archive")
+	}
+}
+
+// A backup whose archive would pass the platform's cap fails, keeps no
+// file on the shared volume, and says why.
+func TestApiServerBackupReconciler_AnArchivePastTheCapIsNotKept(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "large", nil)
+	createReady(t, cfg)
+	putKeys(t, cfg.Spec.Etcd.Prefix+"/configmaps/default/cm-", 300)
+	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "capped",
+		// Only this test's reconciler takes it.
+		Labels: map[string]string{apiserver.WatchFilterLabel: "capped"}},
+		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: cfg.Name, Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}
+	if err := env.Client.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	r := &ApiServerBackupReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
+		Etcd: tenantio.EtcdV3{Timeout: 2 * time.Second}, Dir: backupDir, Ownership: ownershipKey, MaxBytes: 2048}
+	var got *v1alpha1.ApiServerBackup
+	for i := 0; ; i++ {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+			t.Fatal(err)
+		}
+		if got = get(t, b.DeepCopy()); got.Status.Phase == v1alpha1.BackupFailed || got.Status.Phase == v1alpha1.BackupCompleted {
+			break
+		}
+		if i == 10 {
+			t.Fatalf("the backup did not end after 10 passes: %+v", got.Status)
+		}
+	}
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+	if got.Status.Phase != v1alpha1.BackupFailed || c == nil || c.Reason != "TooLarge" || !strings.Contains(c.Message, "passed 2048 bytes") {
+		t.Fatalf("a backup past the cap: phase %s, Ready %v", got.Status.Phase, c)
+	}
+	files, err := filepath.Glob(filepath.Join(backupDir, ns, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) > 0 {
+		t.Fatalf("the failed backup left %v on the volume", files)
 	}
 }
