@@ -304,7 +304,15 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&networkingv1.NetworkPolicy{}, owned).
 		// The apiserver pods say why a rollout does not progress, and when
 		// the last one of a hibernating tenant is gone.
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podOwner))
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podOwner)).
+		// A new ReplicaSet makes its pods the tenant's (tenantPods): a
+		// pod seen before its ReplicaSet is looked at again.
+		Watches(replicaSetMetadata(), handler.EnqueueRequestsFromMapFunc(podOwner), builder.OnlyMetadata,
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc: func(event.CreateEvent) bool { return true },
+				UpdateFunc: func(event.UpdateEvent) bool { return false },
+				DeleteFunc: func(event.DeleteEvent) bool { return false },
+			}))
 	for _, src := range r.referenceSources(references, mgr.GetClient()) {
 		b = b.WatchesRawSource(src)
 	}
