@@ -236,6 +236,17 @@ func TestApiServerConfigReconciler_ObjectsWrittenBeforeTheKeyAreTakenOnceAndNoth
 	d = get(t, d)
 	ca := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName(cfg.Name)}})
 
+	// A Secret of the tenant's that no pass writes now (the etcd user's
+	// certificate of a datastore it left), as a release before proofs
+	// left it.
+	leftover := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.EtcdUserSecretName(cfg.Name),
+		Labels:          map[string]string{apiserver.NameLabel: cfg.Name, "app.kubernetes.io/managed-by": apiserver.FieldOwner},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(get(t, cfg.DeepCopy()), v1alpha1.GroupVersion.WithKind("ApiServerConfig"))}},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: []byte("cert"), corev1.TLSPrivateKeyKey: []byte("key")}}
+	if err := env.Client.Create(ctx, leftover); err != nil {
+		t.Fatal(err)
+	}
+
 	// The key is another now, made a second after every object.
 	time.Sleep(time.Second)
 	after := reconcilerWith(keyAt(9, time.Now()))
@@ -257,7 +268,7 @@ func TestApiServerConfigReconciler_ObjectsWrittenBeforeTheKeyAreTakenOnceAndNoth
 	if got = settle(after); !got.Status.ObjectsProven {
 		t.Fatal("status.objectsProven is false after the recovery")
 	}
-	for _, name := range []string{apiserver.CASecretName(cfg.Name), apiserver.ServingSecretName(cfg.Name), apiserver.ServiceAccountSecretName(cfg.Name)} {
+	for _, name := range []string{apiserver.CASecretName(cfg.Name), apiserver.ServingSecretName(cfg.Name), apiserver.ServiceAccountSecretName(cfg.Name), leftover.Name} {
 		if s := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); !after.Ownership.Proven(cfg.Name, got.UID, s) {
 			t.Errorf("Secret %s is not proven with the new key", name)
 		}

@@ -54,6 +54,42 @@ func (r *ApiServerConfigReconciler) observeWorkload(ctx context.Context, p *pass
 	return nil
 }
 
+// proveLeftovers proves, once, the Secrets of the tenant's names that a
+// release before proofs wrote and that this pass does not write (applied
+// lists those it wrote): the keys of a feature turned off (encryption the
+// user took over, a datastore it left), which would otherwise be taken
+// for someone else's when the feature comes back. Each is read from the
+// cache (the operator's labels) and proven over that version (an
+// optimistic lock: a stale one fails the pass, which is retried), so that
+// the proof covers what it holds.
+func (r *ApiServerConfigReconciler) proveLeftovers(ctx context.Context, cfg *v1alpha1.ApiServerConfig, applied []*corev1.Secret) error {
+	written := map[string]bool{}
+	for _, s := range applied {
+		written[s.Name] = true
+	}
+	for _, o := range apiserver.OwnedSecrets(cfg.Name) {
+		if written[o.Name] {
+			continue
+		}
+		s := &corev1.Secret{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: o.Name}, s); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("reading Secret %s/%s to prove it: %w", cfg.Namespace, o.Name, err)
+		}
+		if r.Ownership.Proven(cfg.Name, cfg.UID, s) || !claimOf(r.Ownership, cfg, s).Own() {
+			continue // proven already, or not the tenant's: left as it is
+		}
+		patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		r.Ownership.Prove(cfg.Name, cfg.UID, s)
+		if err := r.Client.Patch(ctx, s, patch); err != nil {
+			return fmt.Errorf("proving Secret %s/%s, written before proofs: %w", cfg.Namespace, o.Name, err)
+		}
+	}
+	return nil
+}
+
 // tenantPods are the apiserver pods of the tenant's Deployment d (its
 // own, proven: see claim): those with its labels whose controller is a
 // ReplicaSet that d controls. A pod with the labels and another owner, or
@@ -179,8 +215,17 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 		}
 		p.current, p.obs.deployment = d.Deployment, d.Deployment
 		// The Secrets and the Deployment were all written with their
-		// proof: nothing written before proofs is taken any more.
-		p.cfg.Status.ObjectsProven = r.Ownership != nil
+		// proof, and so are those of its names this pass did not write:
+		// nothing written before proofs is taken any more.
+		if !p.cfg.Status.ObjectsProven && r.Ownership != nil {
+			// Only a tenant older than the key has such Secrets.
+			if p.cfg.CreationTimestamp.Time.Before(r.Ownership.Since()) {
+				if err := r.proveLeftovers(ctx, p.cfg, d.Secrets); err != nil {
+					return err
+				}
+			}
+			p.cfg.Status.ObjectsProven = true
+		}
 	}
 	if d.PodDisruptionBudget != nil {
 		if err := r.apply(ctx, p.cfg, d.PodDisruptionBudget); err != nil {
