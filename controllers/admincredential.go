@@ -183,9 +183,10 @@ func (r *AdminCredentialRequestReconciler) Reconcile(ctx context.Context, req ct
 }
 
 // credentialProofName is what the proof of a request's credential Secret
-// binds it to (apiserver.Ownership): the request, never a tenant.
+// binds it to (apiserver.Ownership): the request, by name and uid (an
+// earlier request of the name is another), never a tenant.
 func credentialProofName(acr *v1alpha1.AdminCredentialRequest) string {
-	return "AdminCredentialRequest/" + acr.Name
+	return "AdminCredentialRequest/" + acr.Name + "/" + string(acr.UID)
 }
 
 // issue answers a request: with the Secret an earlier pass created (its

@@ -40,7 +40,16 @@ func (e *nameConflict) Error() string {
 // before proofs wrote, until the tenant's objects are all proven
 // (status.objectsProven).
 func claimOf(o *apiserver.Ownership, cfg *v1alpha1.ApiServerConfig, obj metav1.Object) apiserver.Claim {
-	return o.Claim(cfg.Name, cfg.UID, obj, !cfg.Status.ObjectsProven)
+	legacy := !cfg.Status.ObjectsProven
+	if legacy && o != nil && !cfg.CreationTimestamp.Time.Before(o.Since()) {
+		// A tenant newer than the key had nothing written before it but
+		// what Retain kept for its name: a Secret of no controller, marked
+		// retained. A Deployment, or an object controlled by it, was
+		// written with a proof.
+		_, isSecret := obj.(*corev1.Secret)
+		legacy = isSecret && metav1.GetControllerOfNoCopy(obj) == nil && obj.GetLabels()[apiserver.RetainedDataLabel] != ""
+	}
+	return o.Claim(cfg.Name, cfg.UID, obj, legacy)
 }
 
 // claim checks that obj, as the cluster holds it, is cfg's own: a

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
@@ -68,6 +69,8 @@ func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) erro
 		// moves its prefix later is checked as any other.
 		return r.restore(ctx, p, prefix, kept)
 	}
+	// No restore goes on (spec.restore removed meanwhile).
+	r.restoreJobs().forget(client.ObjectKeyFromObject(p.cfg))
 	retained := kept != nil && kept.Prefix == prefix && kept.Overlaps(apiserver.KeyspaceOf(&p.c.Spec.Etcd))
 	adopt := p.cfg.Annotations[v1alpha1.AdoptDataAnnotation] == prefix
 	var read *apiserver.Decrypter

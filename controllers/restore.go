@@ -86,11 +86,13 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 	timeout := cmp.Or(r.BackupTimeout, DefaultBackupTimeout)
 	jobs := r.restoreJobs()
 	key := client.ObjectKeyFromObject(p.cfg)
+	keyspace := apiserver.KeyspaceOf(&p.c.Spec.Etcd)
+	where := fmt.Sprintf("%s|%v|%v", keyspace.Prefix, keyspace.Addresses, p.c.Etcd.Sets)
 	job := jobs.get(key)
-	if job == nil || job.backup != b.UID {
+	if job == nil || job.backup != b.UID || job.keyspace != where {
 		// What the restore needs of the pass, as it stands now.
 		snapshot := &pass{cfg: p.cfg.DeepCopy(), before: p.before.DeepCopy(), c: p.c, etcdTLS: p.etcdTLS, enc: p.enc, now: p.now}
-		jobs.start(p.cfg, b.UID, p.now, timeout, func(ctx context.Context) restoreOutcome {
+		jobs.start(p.cfg, b.UID, where, p.now, timeout, func(ctx context.Context) restoreOutcome {
 			return r.runRestore(ctx, snapshot, b, prefix, timeout)
 		})
 		return r.restoring(p, name, p.now, timeout)
@@ -107,7 +109,8 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 		return out.err // retried, from the start
 	default:
 		p.cfg.Status.RestoredFrom = name
-		p.cfg.Status.DataPrefix, p.cfg.Status.DataServers = prefix, apiserver.KeyspaceOf(&p.c.Spec.Etcd).Addresses
+		// The job wrote where the spec still says (job.keyspace).
+		p.cfg.Status.DataPrefix, p.cfg.Status.DataServers = prefix, keyspace.Addresses
 		r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonRestored, "Data",
 			"Restored %d keys from ApiServerBackup %s under %s, with its encryption keys, CAs and service-account key", out.written, name, prefix)
 		p.requeueWithin(time.Millisecond)
@@ -361,27 +364,25 @@ func (r *ApiServerConfigReconciler) restoreSecret(ctx context.Context, p *pass, 
 	}
 	r.Ownership.Prove(p.cfg.Name, p.cfg.UID, want)
 	existing := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), existing)
-	switch {
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), existing); {
 	case apierrors.IsNotFound(err):
-		if err := r.Client.Create(ctx, want); err != nil {
-			return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
-		}
 	case err != nil:
 		return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
 	default:
 		if c := claimOf(r.Ownership, p.cfg, existing); !c.Own() {
 			return nil, &nameConflict{kind: "Secret", namespace: p.cfg.Namespace, name: name, holder: c.Holder}
 		}
-		patch := client.MergeFrom(existing.DeepCopy())
-		existing.Data = s.Data
-		if state, ok := want.Annotations[apiserver.RotationStateAnnotation]; ok {
-			existing.Annotations = withEntry(existing.Annotations, apiserver.RotationStateAnnotation, state)
-		}
-		r.Ownership.Prove(p.cfg.Name, p.cfg.UID, existing)
-		if err := r.Client.Patch(ctx, existing, patch); err != nil {
-			return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
-		}
+	}
+	// Applied with the operator's field owner, as its passes apply it:
+	// a key the backup holds that a later pass drops (the next CA of a
+	// rotation it promotes) goes, and the proof stays true.
+	want.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}
+	desired, err := apiserver.ApplyForm(want)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(apiserver.FieldOwner), client.ForceOwnership); err != nil {
+		return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Restored a Secret", "secret", name)
 	if name != apiserver.EncryptionSecretName(p.cfg.Name) {

@@ -31,7 +31,10 @@ type restoreOutcome struct {
 type restoreJob struct {
 	// backup is the uid of the backup it restores: one of the same name
 	// made again is another.
-	backup   types.UID
+	backup types.UID
+	// keyspace is where it writes, as the spec said when it started: a
+	// spec that moves meanwhile starts another.
+	keyspace string
 	started  time.Time
 	cancel   context.CancelFunc
 	finished bool
@@ -97,7 +100,7 @@ func (j *restoreJobs) get(key types.NamespacedName) *restoreJob {
 
 // start runs run for cfg's restore of the backup of uid, with timeout, as
 // soon as a slot is free; the tenant's pass comes back when it ends.
-func (j *restoreJobs) start(cfg *v1alpha1.ApiServerConfig, backup types.UID, now time.Time, timeout time.Duration,
+func (j *restoreJobs) start(cfg *v1alpha1.ApiServerConfig, backup types.UID, keyspace string, now time.Time, timeout time.Duration,
 	run func(ctx context.Context) restoreOutcome) {
 	key := types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
 	j.mu.Lock()
@@ -106,7 +109,7 @@ func (j *restoreJobs) start(cfg *v1alpha1.ApiServerConfig, backup types.UID, now
 		old.cancel()
 	}
 	ctx, cancel := context.WithCancel(j.base)
-	job := &restoreJob{backup: backup, started: now, cancel: cancel}
+	job := &restoreJob{backup: backup, keyspace: keyspace, started: now, cancel: cancel}
 	j.jobs[key] = job
 	wake := &v1alpha1.ApiServerConfig{}
 	wake.Namespace, wake.Name = cfg.Namespace, cfg.Name

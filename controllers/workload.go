@@ -218,11 +218,8 @@ func (r *ApiServerConfigReconciler) applyObjects(ctx context.Context, p *pass) e
 		// proof, and so are those of its names this pass did not write:
 		// nothing written before proofs is taken any more.
 		if !p.cfg.Status.ObjectsProven && r.Ownership != nil {
-			// Only a tenant older than the key has such Secrets.
-			if p.cfg.CreationTimestamp.Time.Before(r.Ownership.Since()) {
-				if err := r.proveLeftovers(ctx, p.cfg, d.Secrets); err != nil {
-					return err
-				}
+			if err := r.proveLeftovers(ctx, p.cfg, d.Secrets); err != nil {
+				return err
 			}
 			p.cfg.Status.ObjectsProven = true
 		}
