@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
@@ -174,11 +173,7 @@ func TestApiServerConfigReconciler_DeleteHoldsTheDataWhileEtcdDoesNotAnswer(t *t
 	ctx := context.Background()
 	ns := namespace(t, nil)
 	// The tenant runs on an etcd of its own, which then stops.
-	e := &envtest.Etcd{Path: env.ControlPlane.Etcd.Path}
-	if err := e.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Stop() })
+	e := secondEtcd(t)
 	cfg := tenant(ns, "unreachable", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Servers = []string{e.URL.String()} })
 	createReady(t, cfg)
 	if err := e.Stop(); err != nil {

@@ -20,15 +20,16 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 )
 
-// secondEtcd starts another etcd of bin/, for a tenant to move from.
-func secondEtcd(t *testing.T) string {
+// secondEtcd starts another etcd of bin/, for a tenant of its own (to
+// move from, or to lose), stopped with the test.
+func secondEtcd(t *testing.T) *envtest.Etcd {
 	t.Helper()
 	e := &envtest.Etcd{Path: env.ControlPlane.Etcd.Path}
 	if err := e.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Stop() })
-	return e.URL.String()
+	return e
 }
 
 // waitHeldRunning waits until cfg is Stalled with reason, its Deployment
@@ -123,7 +124,7 @@ func TestApiServerConfigReconciler_ATenantOfAnotherNamespaceNeverTakesKeptData(t
 
 	// A tenant of b that runs on its own etcd, under the same prefix, then
 	// moves to the kept data's server.
-	elsewhere := secondEtcd(t)
+	elsewhere := secondEtcd(t).URL.String()
 	mover := tenant(nsB, "mover", func(s *v1alpha1.ApiServerConfigSpec) {
 		s.Etcd.Servers = []string{elsewhere}
 		s.Etcd.Prefix = prefix
@@ -158,7 +159,7 @@ func TestApiServerConfigReconciler_ATenantOfAnotherNamespaceNeverTakesKeptData(t
 func TestApiServerConfigReconciler_AServerChangeIsAMoveOfTheData(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, nil)
-	elsewhere := secondEtcd(t)
+	elsewhere := secondEtcd(t).URL.String()
 	cfg := tenant(ns, "moving", func(s *v1alpha1.ApiServerConfigSpec) { s.Etcd.Servers = []string{elsewhere} })
 	prefix := cfg.Spec.Etcd.Prefix
 	// Someone else's keys under the same prefix on the shared etcd.

@@ -206,27 +206,10 @@ func TestApiServerConfigReconciler_UnschedulablePodStallsAndClears(t *testing.T)
 	createReady(t, cfg)
 	sw := watchStatus(t, ns, cfg.Name)
 
-	// Scale to 2: the second pod cannot be scheduled (envtest has no
-	// scheduler; the test writes what kube-scheduler would).
-	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.MasterCount = ptr.To[int32](2) })
-	// The Deployment controller's view: the new generation observed, one
-	// of two pods ready.
-	d := waitForDeployment(t, cfg)
-	eventually(t, 10*time.Second, "the Deployment status says 1 of 2", func() error {
-		current := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta})
-		if *current.Spec.Replicas != 2 {
-			return fmt.Errorf("%d replicas", *current.Spec.Replicas)
-		}
-		current.Status = appsv1.DeploymentStatus{ObservedGeneration: current.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 1, AvailableReplicas: 1}
-		return env.Client.Status().Update(ctx, current)
-	})
+	scaleToTwoWithOneReady(t, cfg)
 	pod := createAPIServerPod(t, cfg, "pending-apiserver-x")
 	const why = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
-		Message: why, LastTransitionTime: metav1.Now()}}
-	if err := env.Client.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	unschedulable(t, pod, why)
 	msg := sw.waitFor(t, 30*time.Second, kstatus.FailedStatus)
 	if !strings.Contains(msg, "Pod pending-apiserver-x cannot be scheduled: "+why) {
 		t.Fatalf("Stalled says %q, want the pod and the scheduler's message", msg)
@@ -330,6 +313,34 @@ func updateTenant(t *testing.T, cfg *v1alpha1.ApiServerConfig, change func(*v1al
 		return env.Client.Update(context.Background(), got)
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scaleToTwoWithOneReady scales cfg to 2 apiservers, and writes what the
+// Deployment controller would: the new generation observed, one of two
+// pods ready (the second cannot be scheduled: envtest has no scheduler).
+func scaleToTwoWithOneReady(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
+	t.Helper()
+	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.MasterCount = ptr.To[int32](2) })
+	d := waitForDeployment(t, cfg)
+	eventually(t, 10*time.Second, "the Deployment status says 1 of 2", func() error {
+		current := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta})
+		if *current.Spec.Replicas != 2 {
+			return fmt.Errorf("%d replicas", *current.Spec.Replicas)
+		}
+		current.Status = appsv1.DeploymentStatus{ObservedGeneration: current.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 1, AvailableReplicas: 1}
+		return env.Client.Status().Update(context.Background(), current)
+	})
+}
+
+// unschedulable writes what kube-scheduler would of pod: it cannot be
+// scheduled, for why.
+func unschedulable(t *testing.T, pod *corev1.Pod, why string) {
+	t.Helper()
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: why, LastTransitionTime: metav1.Now()}}
+	if err := env.Client.Status().Update(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -319,24 +319,7 @@ func TestApiServerConfigReconciler_APlantedPodIsNotTheTenants(t *testing.T) {
 	cfg := tenant(ns, "pods", nil)
 	createReady(t, cfg)
 	sw := watchStatus(t, ns, cfg.Name)
-	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) { s.MasterCount = ptr.To[int32](2) })
-	d := waitForDeployment(t, cfg)
-	eventually(t, 10*time.Second, "the Deployment status says 1 of 2", func() error {
-		current := get(t, &appsv1.Deployment{ObjectMeta: d.ObjectMeta})
-		if *current.Spec.Replicas != 2 {
-			return fmt.Errorf("%d replicas", *current.Spec.Replicas)
-		}
-		current.Status = appsv1.DeploymentStatus{ObservedGeneration: current.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 1, AvailableReplicas: 1}
-		return env.Client.Status().Update(ctx, current)
-	})
-	unschedulable := func(pod *corev1.Pod, why string) {
-		t.Helper()
-		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
-			Message: why, LastTransitionTime: metav1.Now()}}
-		if err := env.Client.Status().Update(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scaleToTwoWithOneReady(t, cfg)
 	// Planted first, and first by name.
 	planted := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pods-apiserver-a", Labels: apiserver.SelectorLabels(cfg.Name)},
@@ -345,10 +328,10 @@ func TestApiServerConfigReconciler_APlantedPodIsNotTheTenants(t *testing.T) {
 	if err := env.Client.Create(ctx, planted); err != nil {
 		t.Fatal(err)
 	}
-	unschedulable(planted, "planted")
+	unschedulable(t, planted, "planted")
 	own := createAPIServerPod(t, cfg, "pods-apiserver-x")
 	const why = "0/3 nodes are available: 3 Insufficient memory."
-	unschedulable(own, why)
+	unschedulable(t, own, why)
 	msg := sw.waitFor(t, 30*time.Second, kstatus.FailedStatus)
 	if !strings.Contains(msg, "Pod pods-apiserver-x cannot be scheduled: "+why) || strings.Contains(msg, "planted") {
 		t.Fatalf("Stalled says %q, want the tenant's own pod and not the planted one", msg)
