@@ -9,7 +9,7 @@ RUN CGO_ENABLED=0 GOFLAGS=-trimpath go build -ldflags "-s -w" -o /manager . && \
     CGO_ENABLED=0 GOFLAGS=-trimpath go build -ldflags "-s -w" -o /etcd-dialer ./apiserver/etcddialer/cmd/etcd-dialer
 
 # The etcd dialer sidecar of the apiserver pods:
-# docker build --target etcd-dialer -t <registry>/apiserver-operator/etcd-dialer:v3 .
+# docker build --target etcd-dialer -t <registry>/apiserver-operator/etcd-dialer:v4 .
 FROM gcr.io/distroless/static:nonroot AS etcd-dialer
 COPY --from=build /etcd-dialer /etcd-dialer
 USER 65532:65532

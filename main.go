@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,6 +123,8 @@ type options struct {
 	backupS3Endpoints             []string
 	backupTimeout                 time.Duration
 	backupMaxBytes                int64
+	// tenantEgress: --tenant-egress-deny and --tenant-egress-allow.
+	tenantEgress apiserver.EgressRanges
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -205,6 +208,13 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.Func("backup-s3-endpoints",
 		"Comma-separated S3 endpoints that storage.s3 of an ApiServerBackup may name: host:port, or a host with any port. The operator reaches them from its own network position. Default: any endpoint.",
 		func(v string) error { o.backupS3Endpoints = splitList(v); return nil })
+	fs.Func("tenant-egress-deny",
+		"Comma-separated address ranges (CIDRs) of the management cluster that no tenant's apiserver may call, whatever its NetworkPolicy and the network plugin: give the networks of the nodes and of the pods. "+
+			"The egress filter of every apiserver pod (webhooks, aggregated APIs, issuers, kubelets) always refuses its own node, itself, the management kube-apiserver's Service and the link-local, loopback and metadata ranges, and the Service ranges (ServiceCIDRs) read at start. A change rolls every tenant's pods once.",
+		prefixFlag(&o.tenantEgress.Denied))
+	fs.Func("tenant-egress-allow",
+		"Comma-separated address ranges (CIDRs) the tenants' apiservers may call although a refused range holds them: a webhook or issuer the platform runs in the management cluster, say.",
+		prefixFlag(&o.tenantEgress.Allowed))
 	fs.DurationVar(&o.backupTimeout, "backup-timeout", controllers.DefaultBackupTimeout,
 		"The longest one backup or one restore may take: a backup that takes longer fails, a restore is held and starts over later.")
 	fs.Int64Var(&o.backupMaxBytes, "backup-max-bytes", controllers.DefaultMaxBackupBytes,
@@ -370,6 +380,13 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if owners, err = ownership.Load(ctx, direct, types.NamespacedName{Namespace: ns, Name: name}); err != nil {
 			return err
 		}
+		services, err := controllers.ManagementServiceRanges(ctx, direct)
+		if err != nil {
+			return err
+		}
+		o.tenantEgress.Denied = append(o.tenantEgress.Denied, services...)
+		setupLog.Info("The tenants' apiservers may not call these ranges (besides their node, themselves, the management kube-apiserver and the link-local, loopback and metadata ranges)",
+			"denied", o.tenantEgress.Denied, "allowed", o.tenantEgress.Allowed)
 	}
 	// Every ApiServerConfig, whatever this instance watches: what
 	// admission and the deletion of a tenant's data compare a tenant with.
@@ -405,6 +422,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		EtcdDialerImage:           o.etcdDialerImage,
 		KonnectivityServerImage:   o.konnectivityServerImage,
 		KonnectivityAgentImage:    o.konnectivityAgentImage,
+		TenantEgress:              o.tenantEgress,
 		MaxConcurrentReconciles:   o.concurrency,
 		Namespaces:                mgrOpts.Cache.DefaultNamespaces,
 		StallAfter:                o.stallAfter,
@@ -599,6 +617,25 @@ func drain(ctx context.Context, delay time.Duration, stopping *atomic.Bool) cont
 
 // splitList splits a comma-separated flag value, dropping empty entries:
 // "" is the empty list, not nil.
+// prefixFlag parses a comma-separated list of address ranges (CIDRs; an
+// address is a range of one) into *into.
+func prefixFlag(into *[]netip.Prefix) func(string) error {
+	return func(v string) error {
+		for _, e := range splitList(v) {
+			p, err := netip.ParsePrefix(e)
+			if err != nil {
+				a, aerr := netip.ParseAddr(e)
+				if aerr != nil {
+					return fmt.Errorf("%q is no address range (CIDR) nor address", e)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			*into = append(*into, p.Masked())
+		}
+		return nil
+	}
+}
+
 func splitList(v string) []string {
 	out := []string{}
 	for _, e := range strings.Split(v, ",") {

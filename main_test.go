@@ -216,6 +216,20 @@ func TestManager_RefusesNoReconcileWorkers(t *testing.T) {
 	}
 }
 
+func TestManager_TenantEgressRanges(t *testing.T) {
+	o, err := parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), []string{"--tenant-egress-deny=10.88.0.0/16, 192.168.50.7,fd00::1/64", "--tenant-egress-allow=10.88.7.0/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(o.tenantEgress.Denied, o.tenantEgress.Allowed); got != "[10.88.0.0/16 192.168.50.7/32 fd00::/64] [10.88.7.0/24]" {
+		t.Errorf("the tenants' egress ranges are %s", got)
+	}
+	_, err = parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), []string{"--tenant-egress-deny=10.88.0.0/33"})
+	if err == nil || !strings.Contains(err.Error(), `"10.88.0.0/33" is no address range`) {
+		t.Errorf("an invalid range gave %v, want a refusal that names it", err)
+	}
+}
+
 func TestManager_ControllersAndWebhookAsTwoProcesses(t *testing.T) {
 	if _, err := parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), []string{"--controllers=false", "--webhooks=false"}); err == nil {
 		t.Error("a manager with neither controllers nor webhooks was accepted")

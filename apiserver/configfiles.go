@@ -53,6 +53,7 @@ func AuthenticationConfig(c *Completed, issuerCAs map[string][]byte) ([]byte, er
 				URL:                  o.IssuerURL,
 				Audiences:            []string{o.ClientID},
 				CertificateAuthority: string(ca),
+				EgressSelectorType:   issuerEgress(""),
 			},
 			ClaimMappings: apiserverv1.ClaimMappings{
 				Username: apiserverv1.PrefixedClaimOrExpression{Claim: o.UsernameClaim, Prefix: ptr.To(oidcUsernamePrefix(o))},
@@ -103,6 +104,17 @@ func certificatesOnly(data []byte) []byte {
 	return certs
 }
 
+// issuerEgress is the egress selection of an issuer's calls: kube-apiserver
+// dials an issuer without one directly, past the egress filter, so an
+// issuer whose spec says none is called through "controlplane", which is
+// what the spec means by it (from the apiserver pods).
+func issuerEgress(t string) apiserverv1.EgressSelectorType {
+	if t == "" {
+		return apiserverv1.EgressSelectorControlPlane
+	}
+	return apiserverv1.EgressSelectorType(t)
+}
+
 // jwtAuthenticator is upstream's form of an authenticator of
 // spec.authentication.jwt, whose fields are upstream's but for the CA,
 // given here as read.
@@ -114,7 +126,7 @@ func jwtAuthenticator(j v1alpha1.JWTAuthenticator, ca []byte) apiserverv1.JWTAut
 			CertificateAuthority: string(ca),
 			Audiences:            j.Issuer.Audiences,
 			AudienceMatchPolicy:  apiserverv1.AudienceMatchPolicyType(j.Issuer.AudienceMatchPolicy),
-			EgressSelectorType:   apiserverv1.EgressSelectorType(j.Issuer.EgressSelectorType),
+			EgressSelectorType:   issuerEgress(j.Issuer.EgressSelectorType),
 		},
 		ClaimMappings: apiserverv1.ClaimMappings{
 			Username: apiserverv1.PrefixedClaimOrExpression(j.ClaimMappings.Username),
@@ -252,20 +264,27 @@ func DefaultAuditPolicy() ([]byte, error) {
 	return out, nil
 }
 
-// EgressSelectorConfig renders the EgressSelectorConfiguration that sends
-// kube-apiserver's etcd connections (the main etcd and every override)
-// through the etcd dialer sidecar, by HTTP CONNECT over its Unix socket.
-// TLS to etcd stays end to end: the dialer only relays bytes. What it adds
-// is that, while etcd is down, it keeps kube-apiserver's connection attempt
-// waiting instead of refusing it, so kube-apiserver's gRPC client, whose
-// reconnect backoff grows with every refused attempt (1 s by 1.6 up to
-// 120 s, no flag changes it), is connected again within moments of etcd's
-// return (package etcddialer). Other traffic (webhooks, aggregated APIs,
-// kubelets) is dialed directly, as without the file, unless
-// spec.konnectivity sends it through the konnectivity server: its
-// "cluster" selection, gRPC over the server's socket. The "controlplane"
-// selection stays direct: what it covers runs beside the apiservers, not
-// on the tenant's nodes.
+// EgressSelectorConfig renders the EgressSelectorConfiguration of the
+// apiservers' outbound connections, each an HTTP CONNECT (or gRPC) over a
+// Unix socket of a sidecar; TLS stays end to end, the sidecars relay bytes.
+//
+//   - "etcd" (the main etcd and every override) goes to the etcd dialer,
+//     which, while etcd is down, keeps kube-apiserver's connection attempt
+//     waiting instead of refusing it, so kube-apiserver's gRPC client, whose
+//     reconnect backoff grows with every refused attempt (1 s by 1.6 up to
+//     120 s, no flag changes it), is connected again within moments of
+//     etcd's return (package etcddialer).
+//   - "controlplane" (admission and conversion webhooks given by URL, the
+//     authentication, authorization and audit webhooks, the JWT issuers)
+//     goes to the same sidecar's egress filter, which refuses the pod's
+//     node, the management cluster's networks, the pod itself and the
+//     link-local and metadata addresses: the tenant's administrator and the
+//     spec's author aim these calls, and a NetworkPolicy does not police a
+//     pod's traffic to its own node everywhere.
+//   - "cluster" (webhooks and aggregated APIs given by Service, kubelets,
+//     the proxy subresources) goes through the konnectivity server into the
+//     tenant's nodes with spec.konnectivity (gRPC over the server's
+//     socket), and to the egress filter without.
 func EgressSelectorConfig(c *Completed) ([]byte, error) {
 	cfg := apiserverv1beta1.EgressSelectorConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1beta1.SchemeGroupVersion.String(), Kind: "EgressSelectorConfiguration"},
@@ -277,15 +296,20 @@ func EgressSelectorConfig(c *Completed) ([]byte, error) {
 			},
 		}},
 	}
-	if usesKonnectivity(c) {
-		cfg.EgressSelections = append(cfg.EgressSelections, apiserverv1beta1.EgressSelection{
-			Name: "cluster",
-			Connection: apiserverv1beta1.Connection{
-				ProxyProtocol: apiserverv1beta1.ProtocolGRPC,
-				Transport:     &apiserverv1beta1.Transport{UDS: &apiserverv1beta1.UDSTransport{UDSName: KonnectivitySocket}},
-			},
-		})
+	filtered := apiserverv1beta1.Connection{
+		ProxyProtocol: apiserverv1beta1.ProtocolHTTPConnect,
+		Transport:     &apiserverv1beta1.Transport{UDS: &apiserverv1beta1.UDSTransport{UDSName: EgressFilterSocket}},
 	}
+	cluster := filtered
+	if usesKonnectivity(c) {
+		cluster = apiserverv1beta1.Connection{
+			ProxyProtocol: apiserverv1beta1.ProtocolGRPC,
+			Transport:     &apiserverv1beta1.Transport{UDS: &apiserverv1beta1.UDSTransport{UDSName: KonnectivitySocket}},
+		}
+	}
+	cfg.EgressSelections = append(cfg.EgressSelections,
+		apiserverv1beta1.EgressSelection{Name: "controlplane", Connection: filtered},
+		apiserverv1beta1.EgressSelection{Name: "cluster", Connection: cluster})
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("rendering the egress selector configuration: %w", err)

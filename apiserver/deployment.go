@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -80,6 +81,42 @@ type DeploymentInputs struct {
 	// KonnectivityServerImage overrides DefaultKonnectivityServerImage
 	// (operator setting).
 	KonnectivityServerImage string
+	// Egress are the platform's ranges of the egress filter (operator
+	// setting).
+	Egress EgressRanges
+}
+
+// EgressRanges are the platform's address ranges for the egress filter of
+// every tenant's pods (package etcddialer), besides what it always refuses
+// (the pod's node, the pod, the management kube-apiserver's Service, the
+// link-local, loopback and metadata ranges).
+type EgressRanges struct {
+	// Denied are the management cluster's networks: its nodes, pods and
+	// Services.
+	Denied []netip.Prefix
+	// Allowed are let through although a refused range holds them.
+	Allowed []netip.Prefix
+}
+
+// args are the filter's flags of the dialer sidecar, each range once, in
+// order.
+func (e EgressRanges) args() []string {
+	args := []string{"--egress-socket=" + EgressFilterSocket}
+	for _, r := range []struct {
+		flag   string
+		ranges []netip.Prefix
+	}{{"--egress-deny=", e.Denied}, {"--egress-allow=", e.Allowed}} {
+		if len(r.ranges) == 0 {
+			continue
+		}
+		set := make([]string, 0, len(r.ranges))
+		for _, p := range r.ranges {
+			set = append(set, p.Masked().String())
+		}
+		slices.Sort(set)
+		args = append(args, r.flag+strings.Join(slices.Compact(set), ","))
+	}
+	return args
 }
 
 // desiredDeployment runs masterCount kube-apiservers with args. It rolls
@@ -152,6 +189,13 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 	// during an etcd outage (a scale-up, a drain, a rollout) waits for etcd
 	// instead of exiting after its storage's 20 s and crash-looping.
 	dialerArgs := []string{"--socket=" + EtcdDialerSocket, "--allow=" + strings.Join(c.Etcd.Addresses, ",")}
+	// Its egress filter (EgressSelectorConfig) refuses the node's and the
+	// pod's addresses, which the downward API gives.
+	dialerArgs = append(dialerArgs, in.Egress.args()...)
+	dialerEnv := []corev1.EnvVar{
+		{Name: EgressHostIPsEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIPs"}}},
+		{Name: EgressPodIPsEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}},
+	}
 	for _, set := range c.Etcd.Sets {
 		var addrs []string
 		for _, s := range set {
@@ -167,6 +211,7 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{EtcdDialerCommand},
 		Args:            dialerArgs,
+		Env:             dialerEnv,
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
 		// kubelet starts kube-apiserver once this hook has returned: at
 		// once when etcd answers (a startup probe would cost up to its

@@ -52,6 +52,9 @@ type Environment struct {
 	// settings).
 	KonnectivityServerImage string
 	KonnectivityAgentImage  string
+	// Egress are the platform's ranges of the pods' egress filter
+	// (operator settings).
+	Egress EgressRanges
 }
 
 // Objects are everything the operator owns for one tenant, and the
@@ -164,7 +167,7 @@ func Desired(c *Completed, m Material, env Environment) (*Objects, error) {
 	}
 	o.Deployment, err = desiredDeployment(c, args, DeploymentInputs{
 		Objects: o.data(env.Referenced), ImageRepository: env.ImageRepository, EtcdDialerImage: env.EtcdDialerImage,
-		KonnectivityServerImage: env.KonnectivityServerImage})
+		KonnectivityServerImage: env.KonnectivityServerImage, Egress: env.Egress})
 	if err != nil {
 		return nil, err
 	}

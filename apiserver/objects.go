@@ -21,7 +21,7 @@ const DefaultImageRepository = "localhost/apiserver-operator/kube-apiserver"
 // the two equal), so that upgrading the operator rolls no tenant for an
 // unchanged sidecar. It is repeated here so that rendering does not import
 // the dialer, a network daemon.
-const EtcdDialerVersion = "v3"
+const EtcdDialerVersion = "v4"
 
 // DefaultEtcdDialerImage is the etcd dialer sidecar's image
 // (apiserver/etcddialer). The operator's --etcd-dialer-image overrides it.

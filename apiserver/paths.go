@@ -78,10 +78,24 @@ const (
 	// dialer sidecar; EtcdDialerSocket is the dialer's socket in it.
 	EtcdDialerDir    = "/run/etcd-dialer"
 	EtcdDialerSocket = EtcdDialerDir + "/etcd.sock"
+	// EgressFilterSocket is the socket of the sidecar's egress filter, in
+	// the same directory: kube-apiserver's "controlplane" egress, and its
+	// "cluster" egress without the network proxy, go through it
+	// (EgressSelectorConfig).
+	EgressFilterSocket = EtcdDialerDir + "/egress.sock"
 
 	// AuditLogDir and AuditLogFile are where the audit log is written.
 	AuditLogDir  = "/var/log/kubernetes/audit"
 	AuditLogFile = AuditLogDir + "/audit.log"
+)
+
+// EgressHostIPsEnv and EgressPodIPsEnv hold the addresses of the pod's node
+// and of the pod (status.hostIPs, status.podIPs) in the dialer sidecar,
+// whose egress filter refuses them: etcddialer.HostIPsEnv and PodIPsEnv,
+// repeated (the root does not import the daemon).
+const (
+	EgressHostIPsEnv = "HOST_IPS"
+	EgressPodIPsEnv  = "POD_IPS"
 )
 
 // PodIPEnv is the environment variable that holds the pod's IP (from the

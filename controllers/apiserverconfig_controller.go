@@ -39,6 +39,7 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=list
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Finalizer holds an ApiServerConfig until the operator removed what it
@@ -91,6 +92,10 @@ type ApiServerConfigReconciler struct {
 	// apiserver.DefaultKonnectivityAgentImage.
 	KonnectivityServerImage string
 	KonnectivityAgentImage  string
+	// TenantEgress are the platform's ranges of the apiserver pods' egress
+	// filter: the management cluster's networks no tenant may call, and
+	// the exceptions (ManagementServiceRanges finds the Service ranges).
+	TenantEgress apiserver.EgressRanges
 	// MaxConcurrentReconciles is how many ApiServerConfigs are reconciled
 	// at once (DefaultMaxConcurrentReconciles when zero).
 	MaxConcurrentReconciles int

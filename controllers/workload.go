@@ -149,7 +149,7 @@ func (r *ApiServerConfigReconciler) render(p *pass) error {
 	}
 	desired, err := apiserver.Desired(p.c, m, apiserver.Environment{
 		IssuerCAs: p.issuerCAs, Referenced: p.referencedData(), ImageRepository: r.ImageRepository, EtcdDialerImage: r.EtcdDialerImage,
-		KonnectivityServerImage: r.KonnectivityServerImage, KonnectivityAgentImage: r.KonnectivityAgentImage})
+		KonnectivityServerImage: r.KonnectivityServerImage, KonnectivityAgentImage: r.KonnectivityAgentImage, Egress: r.TenantEgress})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,11 @@
 // kube-apiserver has an etcd client per resource, each with a connection per
 // etcd server: hundreds of CONNECTs can be held at once. They do not each
 // dial: one dial loop per etcd server tells them all when it accepts again.
+//
+// The sidecar's second socket is the pod's egress filter (EgressFilter):
+// every other call kube-apiserver makes goes through it, and it refuses
+// the pod's node, the pod, the management cluster's networks and the
+// link-local and metadata addresses.
 package etcddialer
 
 import (
@@ -130,6 +135,13 @@ func (s *Server) Active() int {
 // connections outlive Serve and end when either side closes; held ones
 // answer 503 when ctx is done.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	return serveConns(ctx, l, s.Log, &s.active, s.connDone, func(conn net.Conn) { s.handle(ctx, conn) })
+}
+
+// serveConns runs handle on each connection l accepts, each in its own
+// goroutine counted in active (done is called after each when set), until
+// ctx is done (then it closes l and returns nil) or Accept fails.
+func serveConns(ctx context.Context, l net.Listener, log logr.Logger, active *atomic.Int64, done func(), handle func(net.Conn)) error {
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
 	var pause time.Duration
@@ -144,7 +156,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
 				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-				s.Log.Info("Accepting a connection failed, retrying", "err", err, "in", pause)
+				log.Info("Accepting a connection failed, retrying", "err", err, "in", pause)
 				time.Sleep(pause)
 				continue
 			}
@@ -152,12 +164,12 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			return fmt.Errorf("accepting connections: %w", err)
 		}
 		pause = 0
-		s.active.Add(1)
+		active.Add(1)
 		go func() {
-			s.handle(ctx, conn)
-			s.active.Add(-1)
-			if s.connDone != nil {
-				s.connDone()
+			handle(conn)
+			active.Add(-1)
+			if done != nil {
+				done()
 			}
 		}()
 	}

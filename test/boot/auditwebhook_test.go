@@ -170,6 +170,11 @@ func TestRenderedAPIServer_SendsAuditEventsToTheWebhook(t *testing.T) {
 				t.Errorf("mode batch: every one of %d batches carried one event", batches)
 			}
 			t.Logf("mode %s: the creation of ConfigMap default/%s reached the webhook (%d batches)", mode, name, batches)
+			// It came through the pod's egress filter, as every call but
+			// etcd's does.
+			if n := b.egressDialed.total(); n == 0 {
+				t.Errorf("mode %s: the events reached the webhook, but not through the egress filter", mode)
+			}
 
 			// The log goes on beside the webhook.
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {

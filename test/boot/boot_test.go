@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,6 +137,21 @@ type dialCounter struct {
 
 type dials struct{ ok, failed int }
 
+// testNodeIP stands for the address of the node the apiserver's pod runs
+// on, which its egress filter refuses.
+const testNodeIP = "127.0.0.2"
+
+// total is the number of successful dials, to any address.
+func (d *dialCounter) total() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.counts {
+		n += c.ok
+	}
+	return n
+}
+
 func (d *dialCounter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 	d.mu.Lock()
@@ -169,6 +185,9 @@ type booted struct {
 	anonymous *http.Client
 	cs        *kubernetes.Clientset
 	dialed    *dialCounter
+	// egressDialed counts the egress filter's dials: every call but
+	// etcd's.
+	egressDialed *dialCounter
 	// args is the command line the operator rendered.
 	args []string
 	// ca is the cluster CA.
@@ -287,6 +306,19 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, env apiser
 	dialer := &etcddialer.Server{Allowed: c.Etcd.Addresses, Dial: dialed.dial}
 	go func() { _ = dialer.Serve(dialerCtx, must(etcddialer.Listen(socket))) }()
 
+	// The egress filter, beside it: every call kube-apiserver makes but
+	// etcd's goes through it (webhooks, issuers, audit), as in its pod.
+	// The test's servers listen on 127.0.0.1, which the platform allows
+	// here; 127.0.0.2 stands for the node.
+	egressSocket := filepath.Join(socketDir, "egress.sock")
+	egressDialed := &dialCounter{}
+	filter := &etcddialer.EgressFilter{
+		Denied:  append([]etcddialer.DeniedRange{{Prefix: netip.MustParsePrefix(testNodeIP + "/32"), Why: "an address of the node this apiserver runs on"}}, etcddialer.DefaultDeniedRanges()...),
+		Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+		Dial:    egressDialed.dial,
+	}
+	go func() { _ = filter.Serve(dialerCtx, must(etcddialer.Listen(egressSocket))) }()
+
 	// The konnectivity server's socket, beside the dialer's.
 	konnectivitySocket := filepath.Join(socketDir, "konnectivity.sock")
 
@@ -294,6 +326,7 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, env apiser
 	for path, data := range objs.PodFiles(c, nil) {
 		if path == apiserver.EgressSelectorConfigFile {
 			data = bytes.ReplaceAll(data, []byte(apiserver.EtcdDialerSocket), []byte(socket))
+			data = bytes.ReplaceAll(data, []byte(apiserver.EgressFilterSocket), []byte(egressSocket))
 			data = bytes.ReplaceAll(data, []byte(apiserver.KonnectivitySocket), []byte(konnectivitySocket))
 		}
 		if path == apiserver.KonnectivityKubeconfigFile {
@@ -379,7 +412,7 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, env apiser
 	// benchmark measures.
 	restConfig.QPS, restConfig.Burst = -1, 0
 	cs := must(kubernetes.NewForConfig(restConfig))
-	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed, args: rendered,
+	return &booted{c: c, encryptionKeys: encryptionKeys, root: root, base: base, anonymous: anonymous, cs: cs, dialed: dialed, egressDialed: egressDialed, args: rendered,
 		ca: ca, konnectivity: konnectivity, material: material, admin: admin, etcdUser: etcdUser, process: process}
 }
 
@@ -449,6 +482,8 @@ func TestRenderedAPIServer_BootsAndServesWithEtcdOverrides(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Use of external IPs is denied") {
 		t.Errorf("a Service with externalIPs: got %v, want it denied by DenyServiceExternalIPs", err)
 	}
+	// A webhook the tenant's administrator aims at the node does not reach it.
+	checkWebhookCannotReachTheNode(t, cs)
 	_ = must(cs.CoreV1().Events(ns.Name).Create(ctx, &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: "boot-event"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns.Name, Name: "boot-pod", APIVersion: "v1"},

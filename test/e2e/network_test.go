@@ -35,12 +35,17 @@ import (
 
 // A tenant's administrator registers webhooks that make the tenant's
 // apiserver call addresses of the management network: the hosted control
-// plane's SSRF. Under its NetworkPolicy (the default of a new tenant, with
-// the local cluster's policy engine, kube-network-policies) the apiserver
-// cannot reach another tenant's apiserver nor the management
-// kube-apiserver, while the webhook its spec allows works; a tenant
-// without a policy reaches both, which proves the paths exist, and so does
-// the first tenant once its policy is turned off.
+// plane's SSRF. Whatever its NetworkPolicy, and although the local
+// cluster's policy engine (kube-network-policies) lets a pod reach its own
+// node, the apiserver's egress filter refuses its node's kubelet and the
+// management kube-apiserver on it, the management kube-apiserver's Service,
+// another tenant's apiserver pod (the pod network, which the e2e operator
+// is given in --tenant-egress-deny) and the metadata address, and each
+// failure says why. An address outside those ranges is the policy's to
+// judge: under the policy (the default of a new tenant) it never connects,
+// while the webhook its spec allows works; a tenant without a policy
+// reaches it, which proves the path exists, and so does the first tenant
+// once its policy is turned off.
 func TestOperator_TenantsCannotReachEachOtherOrTheManagementNetwork(t *testing.T) {
 	host := cluster.HostIP()
 	allowed := startAdmissionWebhook(t, host)
@@ -66,7 +71,7 @@ func TestOperator_TenantsCannotReachEachOtherOrTheManagementNetwork(t *testing.T
 	}}, tenantSpec{"open", func(cfg *v1alpha1.ApiServerConfig) {
 		cfg.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyNone}
 	}})
-	fenced, fencedClient, open, openClient := cfgs[0], clients[0], cfgs[1], clients[1]
+	fenced, fencedClient, openClient := cfgs[0], clients[0], clients[1]
 
 	got := &v1alpha1.ApiServerConfig{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(fenced), got); err != nil {
@@ -76,23 +81,49 @@ func TestOperator_TenantsCannotReachEachOtherOrTheManagementNetwork(t *testing.T
 	if s := got.Status.NetworkPolicy; s == nil || s.Name != apiserver.NetworkPolicyName(fenced.Name) || !slices.Equal(s.Egress, want) {
 		t.Fatalf("status.networkPolicy is %+v, want %s with egress %q", got.Status.NetworkPolicy, apiserver.NetworkPolicyName(fenced.Name), want)
 	}
-	fencedPod := "https://" + net.JoinHostPort(apiserverPods(t, c, fenced)[0].Status.PodIP, "6443")
-	openPod := "https://" + net.JoinHostPort(apiserverPods(t, c, open)[0].Status.PodIP, "6443")
+	fencedPod := net.JoinHostPort(apiserverPods(t, c, fenced)[0].Status.PodIP, "6443")
+	node := cluster.NodeIP()
 
-	// Without a policy the paths exist: the calls connect and fail only
-	// on the targets' certificates, which the tenant does not trust.
-	for what, url := range map[string]string{"another tenant's apiserver": fencedPod, "the management kube-apiserver": management} {
-		if err := webhookCall(t, openClient, "open-reaches", url, nil, nil); !connected(err) {
-			t.Errorf("a tenant without a NetworkPolicy calling %s (%s): %v, want a TLS failure that shows it connected", what, url, err)
+	// The egress filter refuses these whatever the policy: neither tenant
+	// connects, and the failure names the range.
+	mgmtService, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := mgmtService.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := []struct{ what, target, why string }{
+		{"its node's kubelet", net.JoinHostPort(node, "10250"), node + " is an address of the node this apiserver runs on"},
+		{"the management kube-apiserver on its node", mgmt.Host, node + " is an address of the node this apiserver runs on"},
+		{"the management kube-apiserver's Service", net.JoinHostPort(svc.Spec.ClusterIP, "443"), svc.Spec.ClusterIP + " is the management cluster's kube-apiserver"},
+		{"another tenant's apiserver pod", fencedPod, "is in a network of the management cluster"},
+		{"the metadata address", "169.254.169.254:443", "169.254.169.254 is link-local, where clouds serve instance metadata"},
+	}
+	for _, tenant := range []struct {
+		name string
+		cs   *kubernetes.Clientset
+	}{{"open", openClient}, {"fenced", fencedClient}} {
+		for i, r := range refused {
+			err := webhookCall(t, tenant.cs, tenant.name+"-refused-"+strconv.Itoa(i), "https://"+r.target, nil, nil)
+			if wantWhy := "the egress filter of the tenant's apiservers refuses " + r.target + ": "; err == nil || !strings.Contains(err.Error(), wantWhy) || !strings.Contains(err.Error(), r.why) {
+				t.Errorf("the %s tenant calling %s (%s): %v, want the egress filter's refusal %q", tenant.name, r.what, r.target, err, r.why)
+			} else {
+				t.Logf("The %s tenant calling %s: %v", tenant.name, r.what, err)
+			}
 		}
 	}
-	// Under the policy the same calls never connect.
-	for what, url := range map[string]string{"another tenant's apiserver": openPod, "the management kube-apiserver": management} {
-		if err := webhookCall(t, fencedClient, "fenced-reaches", url, nil, nil); !timedOut(err) {
-			t.Errorf("the isolated tenant calling %s (%s): %v, want a call that never connects", what, url, err)
-		} else {
-			t.Logf("The isolated tenant calling %s: %v", what, err)
-		}
+
+	// Outside the refused ranges the policy judges. Without one the path
+	// exists: the call connects and fails only on the target's
+	// certificate, which the tenant does not trust.
+	if err := webhookCall(t, openClient, "open-reaches", management, nil, nil); !connected(err) {
+		t.Errorf("a tenant without a NetworkPolicy calling the management kube-apiserver off its node (%s): %v, want a TLS failure that shows it connected", management, err)
+	}
+	// Under the policy the same call never connects.
+	if err := webhookCall(t, fencedClient, "fenced-reaches", management, nil, nil); !timedOut(err) {
+		t.Errorf("the isolated tenant calling the management kube-apiserver off its node (%s): %v, want a call that never connects", management, err)
 	}
 	// The webhook its spec allows works.
 	before := allowed.calls.Load()
@@ -100,7 +131,7 @@ func TestOperator_TenantsCannotReachEachOtherOrTheManagementNetwork(t *testing.T
 		t.Fatalf("the webhook on the allow list: %v", err)
 	}
 
-	// Mode None lifts it: the tenant reaches the other's apiserver.
+	// Mode None lifts the policy, not the filter.
 	updateSpec(t, c, fenced, func(s *v1alpha1.ApiServerConfigSpec) {
 		s.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyNone}
 	})
@@ -115,8 +146,8 @@ func TestOperator_TenantsCannotReachEachOtherOrTheManagementNetwork(t *testing.T
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if err := webhookCall(t, fencedClient, "fenced-lifted", openPod, nil, nil); !connected(err) {
-		t.Errorf("with mode None, calling another tenant's apiserver: %v, want a TLS failure that shows it connected", err)
+	if err := webhookCall(t, fencedClient, "fenced-lifted", management, nil, nil); !connected(err) {
+		t.Errorf("with mode None, calling the management kube-apiserver off its node: %v, want a TLS failure that shows it connected", err)
 	}
 }
 

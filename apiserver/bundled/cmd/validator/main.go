@@ -37,6 +37,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -68,6 +69,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	"k8s.io/kubernetes/pkg/controlplane"
+	"sigs.k8s.io/yaml"
 )
 
 // request is what the operator sends: the command line as the pod runs it
@@ -330,17 +332,25 @@ func judge(req request, root string) (problems []problem, warnings []string) {
 	// pointed at an in-memory gRPC server that answers nothing.
 	//
 	// The egress selector configuration is judged first by upstream's own
-	// reading and validation, then set aside: the selector it builds would
-	// replace the stand-in's dialer with one of the pod's etcd dialer
-	// socket, which does not exist here.
+	// reading and validation, then kept in force (the JWT issuers need
+	// the selections they name) with its etcd selection moved to a socket
+	// of the validator's that relays to the stand-in: the pod's etcd
+	// dialer socket does not exist here. The other selections are never
+	// dialed while the configuration is built.
+	stopEtcd, etcdListener := standInEtcd(&completed.Etcd.StorageConfig.Transport)
+	defer stopEtcd()
 	if es := completed.EgressSelector; es != nil && es.ConfigFile != "" {
 		if err := es.ApplyTo(&genericapiserver.Config{}); err != nil {
 			return []problem{set.attributeTo(err, "egress-selector-config-file")}, warnings
 		}
-		es.ConfigFile = ""
+		// An abstract socket: no file, and no bound on the temporary
+		// directory's path, which a socket's would have.
+		stopRelay, err := relayEtcdSelection(es.ConfigFile, fmt.Sprintf("@kube-apiserver-validator-%d-%d", os.Getpid(), time.Now().UnixNano()), etcdListener)
+		if err != nil {
+			return []problem{set.attributeTo(err, "egress-selector-config-file")}, warnings
+		}
+		defer stopRelay()
 	}
-	stopEtcd := standInEtcd(&completed.Etcd.StorageConfig.Transport)
-	defer stopEtcd()
 
 	// The configuration kube-apiserver builds before it serves: generic
 	// config, authentication, authorization, admission with its plugins
@@ -605,8 +615,8 @@ func isNameByte(b byte) bool {
 // standInEtcd points the etcd transport at a gRPC server in this process,
 // reached through an in-memory connection: the client becomes ready, and
 // no socket is opened.
-func standInEtcd(tr *storagebackend.TransportConfig) (stop func()) {
-	lis := bufconn.Listen(1 << 20)
+func standInEtcd(tr *storagebackend.TransportConfig) (stop func(), lis *bufconn.Listener) {
+	lis = bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
 	go func() { _ = srv.Serve(lis) }()
 	tr.ServerList = []string{"http://etcd.validator.invalid:2379"}
@@ -614,7 +624,76 @@ func standInEtcd(tr *storagebackend.TransportConfig) (stop func()) {
 	tr.EgressLookup = func(egressselector.NetworkContext) (utilnet.DialFunc, error) {
 		return func(ctx context.Context, _, _ string) (net.Conn, error) { return lis.DialContext(ctx) }, nil
 	}
-	return srv.Stop
+	return srv.Stop, lis
+}
+
+// relayEtcdSelection rewrites the egress selector configuration at path so
+// that its etcd selection connects, by HTTP CONNECT, to a Unix socket at
+// socket, where every connection is relayed to the stand-in etcd at lis.
+// stop closes the socket.
+func relayEtcdSelection(path, socket string, lis *bufconn.Listener) (stop func(), err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return nil, err
+	}
+	selections, _ := cfg["egressSelections"].([]any)
+	for _, sel := range selections {
+		if m, ok := sel.(map[string]any); ok && strings.EqualFold(fmt.Sprint(m["name"]), "etcd") {
+			m["connection"] = map[string]any{"proxyProtocol": "HTTPConnect", "transport": map[string]any{"uds": map[string]any{"udsName": socket}}}
+		}
+	}
+	if data, err = yaml.Marshal(cfg); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go relayConnect(conn, lis)
+		}
+	}()
+	return func() { _ = l.Close() }, nil
+}
+
+// relayConnect answers one CONNECT request and relays the connection to lis.
+func relayConnect(conn net.Conn, lis *bufconn.Listener) {
+	defer func() { _ = conn.Close() }()
+	br := bufio.NewReader(conn)
+	if _, err := http.ReadRequest(br); err != nil {
+		return
+	}
+	up, err := lis.Dial()
+	if err != nil {
+		return
+	}
+	defer func() { _ = up.Close() }()
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	// HTTP/2's server speaks at once, and kube-apiserver's CONNECT dialer
+	// refuses bytes that come with the answer: the stand-in's are relayed
+	// once the client has spoken, which it does only after the answer.
+	if _, err := br.Peek(1); err != nil {
+		return
+	}
+	go func() {
+		_, _ = io.Copy(up, br)
+		_ = up.Close()
+	}()
+	_, _ = io.Copy(conn, up)
 }
 
 // inertListener stands in for the serving socket: it has an address and

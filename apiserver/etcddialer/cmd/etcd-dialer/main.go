@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -52,6 +53,11 @@ func main() {
 		waitFor = append(waitFor, set)
 		return nil
 	})
+	egressSocket := flag.String("egress-socket", "", "Path of the Unix socket of the egress filter, which kube-apiserver's controlplane and cluster egress selections connect to; none when empty.")
+	var egressDeny, egressAllow []netip.Prefix
+	flag.Func("egress-deny", "Comma-separated address ranges of the management cluster (its nodes, pods and Services) the egress filter refuses, besides "+
+		"the pod's node ($"+etcddialer.HostIPsEnv+"), the pod ($"+etcddialer.PodIPsEnv+"), the management kube-apiserver's Service ($KUBERNETES_SERVICE_HOST) and the link-local, loopback and metadata ranges.", prefixList(&egressDeny))
+	flag.Func("egress-allow", "Comma-separated address ranges the egress filter lets through although it refuses a range that holds them.", prefixList(&egressAllow))
 	probe := flag.Bool("probe", false, "Ask the dialer serving on --socket whether every etcd of --wait-for accepts connections, exit 0 if so and 1 if not.")
 	wait := flag.Duration("wait", 0, "With --probe: ask again (every "+notReadyRetryInterval.String()+" while etcd does not answer) until the answer is yes or this long has passed, "+
 		"then mark the pod started, so that the question is not asked again in it: the sidecar's postStart hook, which kubelet waits for before it starts kube-apiserver.")
@@ -69,13 +75,21 @@ func main() {
 		return
 	}
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log, *socket, *allow, waitFor, *hold, *retryInterval); err != nil {
+	var filter *etcddialer.EgressFilter
+	if *egressSocket != "" {
+		var err error
+		if filter, err = egressFilter(log, egressDeny, egressAllow); err != nil {
+			log.Error(err, "Stopped")
+			os.Exit(1)
+		}
+	}
+	if err := run(log, *socket, *allow, waitFor, *hold, *retryInterval, *egressSocket, filter); err != nil {
 		log.Error(err, "Stopped")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryInterval time.Duration) error {
+func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryInterval time.Duration, egressSocket string, filter *etcddialer.EgressFilter) error {
 	if socket == "" {
 		return errors.New("--socket is required")
 	}
@@ -110,14 +124,84 @@ func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryI
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	active := s.Active
+	filtered := make(chan error, 1)
+	if filter != nil {
+		el, err := etcddialer.Listen(egressSocket)
+		if err != nil {
+			_ = l.Close()
+			return err
+		}
+		active = func() int { return s.Active() + filter.Active() }
+		log.Info("Filtering egress", "socket", egressSocket, "denied", len(filter.Denied), "allowed", filter.Allowed)
+		go func() { filtered <- filter.Serve(ctx, el) }()
+	}
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
-		stopWhenIdle(log, s, signals)
+		stopWhenIdle(log, active, signals)
 		cancel()
 	}()
 	log.Info("Serving", "socket", socket, "allowed", allowed, "waitFor", waitFor, "hold", hold, "retryInterval", retryInterval)
-	return s.Serve(ctx, l)
+	err = s.Serve(ctx, l)
+	if filter != nil {
+		if ferr := <-filtered; err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+// egressFilter is the filter of the given ranges and of the pod's own
+// addresses, which the environment gives.
+func egressFilter(log logr.Logger, deny, allow []netip.Prefix) (*etcddialer.EgressFilter, error) {
+	denied := etcddialer.DefaultDeniedRanges()
+	for _, v := range []struct{ env, why string }{
+		{etcddialer.HostIPsEnv, "an address of the node this apiserver runs on"},
+		{etcddialer.PodIPsEnv, "an address of this apiserver's pod"},
+		{"KUBERNETES_SERVICE_HOST", "the management cluster's kube-apiserver"},
+	} {
+		for a := range strings.SplitSeq(os.Getenv(v.env), ",") {
+			if a = strings.TrimSpace(a); a == "" {
+				continue
+			}
+			addr, err := netip.ParseAddr(a)
+			if err != nil {
+				return nil, fmt.Errorf("$%s: %q is no IP address", v.env, a)
+			}
+			addr = addr.Unmap()
+			denied = append(denied, etcddialer.DeniedRange{Prefix: netip.PrefixFrom(addr, addr.BitLen()), Why: v.why})
+		}
+	}
+	if os.Getenv(etcddialer.HostIPsEnv) == "" {
+		log.Info("$" + etcddialer.HostIPsEnv + " is empty: the egress filter does not know the node's addresses")
+	}
+	for _, p := range deny {
+		denied = append(denied, etcddialer.DeniedRange{Prefix: p, Why: "in a network of the management cluster"})
+	}
+	return &etcddialer.EgressFilter{Denied: denied, Allowed: allow, Log: log}, nil
+}
+
+// prefixList parses a comma-separated list of address ranges (an address
+// is a range of one) into *into.
+func prefixList(into *[]netip.Prefix) func(string) error {
+	return func(v string) error {
+		for p := range strings.SplitSeq(v, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			prefix, err := netip.ParsePrefix(p)
+			if err != nil {
+				addr, aerr := netip.ParseAddr(p)
+				if aerr != nil {
+					return fmt.Errorf("%q is no address range (CIDR) nor address", p)
+				}
+				prefix = netip.PrefixFrom(addr, addr.BitLen())
+			}
+			*into = append(*into, prefix.Masked())
+		}
+		return nil
+	}
 }
 
 // stopWhenIdle returns after a termination signal once no connection has been
@@ -129,7 +213,7 @@ func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryI
 // sidecar the dialer is stopped only after kube-apiserver has exited, and its
 // connections end with it, so the wait is short; otherwise the kubelet's
 // SIGKILL at the end of the grace period bounds it.
-func stopWhenIdle(log logr.Logger, s *etcddialer.Server, signals <-chan os.Signal) {
+func stopWhenIdle(log logr.Logger, active func() int, signals <-chan os.Signal) {
 	sig := <-signals
 	log.Info("Stopping once no connection has been open for a while", "signal", sig.String(), "idle", idleBeforeExit)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -141,7 +225,7 @@ func stopWhenIdle(log logr.Logger, s *etcddialer.Server, signals <-chan os.Signa
 			log.Info("Stopping at once", "signal", sig.String())
 			return
 		case now := <-tick.C:
-			if s.Active() > 0 {
+			if active() > 0 {
 				idleSince = now
 			} else if now.Sub(idleSince) >= idleBeforeExit {
 				return
