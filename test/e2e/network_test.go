@@ -71,7 +71,7 @@ func TestOperator_TenantsCannotReachEachOtherOrTheManagementNetwork(t *testing.T
 	}}, tenantSpec{"open", func(cfg *v1alpha1.ApiServerConfig) {
 		cfg.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Mode: v1alpha1.NetworkPolicyNone}
 	}})
-	fenced, fencedClient, openClient := cfgs[0], clients[0], clients[1]
+	fenced, fencedClient, open, openClient := cfgs[0], clients[0], cfgs[1], clients[1]
 
 	got := &v1alpha1.ApiServerConfig{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(fenced), got); err != nil {
@@ -82,6 +82,7 @@ func TestOperator_TenantsCannotReachEachOtherOrTheManagementNetwork(t *testing.T
 		t.Fatalf("status.networkPolicy is %+v, want %s with egress %q", got.Status.NetworkPolicy, apiserver.NetworkPolicyName(fenced.Name), want)
 	}
 	fencedPod := net.JoinHostPort(apiserverPods(t, c, fenced)[0].Status.PodIP, "6443")
+	openPod := net.JoinHostPort(apiserverPods(t, c, open)[0].Status.PodIP, "6443")
 	node := cluster.NodeIP()
 
 	// The egress filter refuses these whatever the policy: neither tenant
@@ -98,14 +99,17 @@ func TestOperator_TenantsCannotReachEachOtherOrTheManagementNetwork(t *testing.T
 		{"its node's kubelet", net.JoinHostPort(node, "10250"), node + " is an address of the node this apiserver runs on"},
 		{"the management kube-apiserver on its node", mgmt.Host, node + " is an address of the node this apiserver runs on"},
 		{"the management kube-apiserver's Service", net.JoinHostPort(svc.Spec.ClusterIP, "443"), svc.Spec.ClusterIP + " is the management cluster's kube-apiserver"},
-		{"another tenant's apiserver pod", fencedPod, "is in a network of the management cluster"},
+		{"another tenant's apiserver pod", "", "is in a network of the management cluster"},
 		{"the metadata address", "169.254.169.254:443", "169.254.169.254 is link-local, where clouds serve instance metadata"},
 	}
 	for _, tenant := range []struct {
-		name string
-		cs   *kubernetes.Clientset
-	}{{"open", openClient}, {"fenced", fencedClient}} {
+		name, other string
+		cs          *kubernetes.Clientset
+	}{{"open", fencedPod, openClient}, {"fenced", openPod, fencedClient}} {
 		for i, r := range refused {
+			if r.target == "" {
+				r.target = tenant.other
+			}
 			err := webhookCall(t, tenant.cs, tenant.name+"-refused-"+strconv.Itoa(i), "https://"+r.target, nil, nil)
 			if wantWhy := "the egress filter of the tenant's apiservers refuses " + r.target + ": "; err == nil || !strings.Contains(err.Error(), wantWhy) || !strings.Contains(err.Error(), r.why) {
 				t.Errorf("the %s tenant calling %s (%s): %v, want the egress filter's refusal %q", tenant.name, r.what, r.target, err, r.why)
