@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -403,7 +404,7 @@ func CacheOptions(watchFilter string) cache.Options {
 			&v1alpha1.ApiServerBackup{}:         {Label: labels.NewSelector().Add(filter...)},
 			&v1alpha1.ApiServerBackupSchedule{}: {Label: labels.NewSelector().Add(filter...)},
 			&v1alpha1.AdminCredentialRequest{}:  {Label: labels.NewSelector().Add(filter...)},
-			&corev1.Pod{}:                       {Label: labels.NewSelector().Add(*apiserverPod)},
+			&corev1.Pod{}:                       {Label: labels.NewSelector().Add(*apiserverPod), Transform: keepPodStatus},
 			// The apiservers' ReplicaSets, metadata only: which pods are
 			// the tenant's Deployment's (tenantPods).
 			replicaSetMetadata():            {Label: labels.NewSelector().Add(*apiserverPod), Transform: keepOwnership},
@@ -471,6 +472,56 @@ func keepOnlyIdentity(obj any) (any, error) {
 // keepOwnership strips a ReplicaSet's metadata down to what says which
 // Deployment controls it and which labels select it: a Deployment keeps
 // up to ten old ReplicaSets, times every tenant.
+// podLabelsKept are the labels of a pod the cache keeps: the Deployment's
+// selector and its ReplicaSets'.
+var podLabelsKept = append(slices.Collect(maps.Keys(apiserver.SelectorLabels(""))), appsv1.DefaultDeploymentUniqueLabelKey)
+
+// keepPodStatus strips a pod down to what the reconciler reads of the
+// apiserver pods: its identity, selector labels, controller, the
+// annotations of its template (config hash, version), its containers'
+// names, readiness gates and node, and its status. Anyone who can create a
+// pod in a tenant's namespace can give it the name label; its annotations,
+// volumes, environment and commands then cost the operator nothing.
+func keepPodStatus(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion, Generation: p.Generation,
+		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp, DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
+	}, Status: p.Status}
+	for _, k := range podLabelsKept {
+		if v, ok := p.Labels[k]; ok {
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			out.Labels[k] = v
+		}
+	}
+	for _, k := range []string{apiserver.ConfigHashAnnotation, apiserver.VersionAnnotation} {
+		if v, ok := p.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
+		out.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	names := func(cs []corev1.Container) []corev1.Container {
+		out := make([]corev1.Container, 0, len(cs))
+		for _, c := range cs {
+			out = append(out, corev1.Container{Name: c.Name})
+		}
+		return out
+	}
+	out.Spec = corev1.PodSpec{InitContainers: names(p.Spec.InitContainers), Containers: names(p.Spec.Containers),
+		ReadinessGates: p.Spec.ReadinessGates, NodeName: p.Spec.NodeName}
+	return out, nil
+}
+
 func keepOwnership(obj any) (any, error) {
 	o, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {

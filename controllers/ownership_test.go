@@ -337,3 +337,57 @@ func TestApiServerConfigReconciler_APlantedPodIsNotTheTenants(t *testing.T) {
 		t.Fatalf("Stalled says %q, want the tenant's own pod and not the planted one", msg)
 	}
 }
+
+// A pod anyone may create with the labels of a tenant's apiservers is held
+// in the operator's cache as little as the reconciler reads of a pod: its
+// annotations, labels, volumes and environment beyond those cost nothing.
+func TestApiServerConfigReconciler_ALookAlikePodCostsTheCacheLittle(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	labels := apiserver.SelectorLabels("lookalike")
+	for i := range 100 {
+		labels[fmt.Sprintf("padding-%03d", i)] = strings.Repeat("x", 63)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lookalike-apiserver-a", Labels: labels, Annotations: map[string]string{
+			"padding":                         strings.Repeat("y", 200<<10),
+			apiserver.ConfigHashAnnotation:    "0123456789abcdef",
+			"kubectl.kubernetes.io/last-note": "z",
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "kube-apiserver", Image: "k",
+			Env: []corev1.EnvVar{{Name: "PADDING", Value: strings.Repeat("e", 100<<10)}},
+		}}},
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	stored := mustJSON(t, pod)
+	cached := &corev1.Pod{}
+	for i := 0; ; i++ {
+		err := reconciler.Client.Get(ctx, client.ObjectKeyFromObject(pod), cached)
+		if err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the pod never reached the operator's cache: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	held := mustJSON(t, cached)
+	if len(held) > 2<<10 {
+		t.Errorf("the cache holds %d bytes of a pod of %d, want at most 2 KiB: %s", len(held), len(stored), held)
+	}
+	for k, v := range apiserver.SelectorLabels("lookalike") {
+		if cached.Labels[k] != v {
+			t.Errorf("the cached pod lost its selector label %s: %v", k, cached.Labels)
+		}
+	}
+	if cached.Annotations[apiserver.ConfigHashAnnotation] != "0123456789abcdef" || len(cached.Annotations) != 1 {
+		t.Errorf("the cached pod's annotations are %v, want its config hash alone", cached.Annotations)
+	}
+	if len(cached.Spec.Containers) != 1 || cached.Spec.Containers[0].Name != "kube-apiserver" {
+		t.Errorf("the cached pod's containers are %+v, want kube-apiserver's name", cached.Spec.Containers)
+	}
+	t.Logf("A look-alike pod of %d bytes is held in %d", len(stored), len(held))
+}
