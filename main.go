@@ -329,44 +329,12 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
-	// stopping is set at SIGTERM: see drain.
-	var stopping atomic.Bool
-	if o.webhooks && o.webhookCertDir == "" {
-		o.webhookCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
-	}
-	mgrOpts := ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsOpts,
-		WebhookServer: webhooks.DrainingServer{
-			Server:   webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir, TLSOpts: tlsOpts}),
-			Draining: stopping.Load,
-		},
-		HealthProbeBindAddress:  o.probeAddr,
-		PprofBindAddress:        o.pprofAddr,
-		LeaderElection:          o.leaderElect,
-		LeaderElectionID:        o.leaderElectionID,
-		LeaderElectionNamespace: o.leaderElectionNS,
-		// The manager exits as soon as it loses the lease, so a new leader
-		// can start without waiting for this one's caches to drain.
-		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(o.watchFilter),
-	}
-	if skipControllerNameValidation {
-		mgrOpts.Controller.SkipNameValidation = &skipControllerNameValidation
-	}
-	if o.watchNamespaceFilter != "" {
-		mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{o.watchNamespaceFilter: {}}
-	}
-
 	restConfig, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig of the management cluster: %w", err)
 	}
-	mgr, err := ctrl.NewManager(restConfig, mgrOpts)
-	if err != nil {
-		return fmt.Errorf("creating the controller manager: %w", err)
-	}
-
+	// The ownership key comes first: the cache keeps whole only the
+	// Secrets and Deployments it proves.
 	var owners *apiserver.Ownership
 	if o.controllers {
 		if o.ownershipKey == "" {
@@ -388,6 +356,41 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		setupLog.Info("The tenants' apiservers may not call these ranges (besides their node, themselves, the management kube-apiserver and the link-local, loopback and metadata ranges)",
 			"denied", o.tenantEgress.Denied, "allowed", o.tenantEgress.Allowed)
 	}
+
+	// stopping is set at SIGTERM: see drain.
+	var stopping atomic.Bool
+	if o.webhooks && o.webhookCertDir == "" {
+		o.webhookCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+	}
+	mgrOpts := ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsOpts,
+		WebhookServer: webhooks.DrainingServer{
+			Server:   webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir, TLSOpts: tlsOpts}),
+			Draining: stopping.Load,
+		},
+		HealthProbeBindAddress:  o.probeAddr,
+		PprofBindAddress:        o.pprofAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        o.leaderElectionID,
+		LeaderElectionNamespace: o.leaderElectionNS,
+		// The manager exits as soon as it loses the lease, so a new leader
+		// can start without waiting for this one's caches to drain.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         controllers.CacheOptions(o.watchFilter, owners),
+	}
+	if skipControllerNameValidation {
+		mgrOpts.Controller.SkipNameValidation = &skipControllerNameValidation
+	}
+	if o.watchNamespaceFilter != "" {
+		mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{o.watchNamespaceFilter: {}}
+	}
+
+	mgr, err := ctrl.NewManager(restConfig, mgrOpts)
+	if err != nil {
+		return fmt.Errorf("creating the controller manager: %w", err)
+	}
+
 	// Every ApiServerConfig, whatever this instance watches: what
 	// admission and the deletion of a tenant's data compare a tenant with.
 	var indexOpts []tenantindex.Option

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -392,7 +394,7 @@ func sooner(current, d time.Duration) time.Duration {
 // With a watch filter (see apiserver.WatchFilterLabel) the cache holds
 // only the ApiServerConfigs labelled with it and their objects; without
 // one, only those without the label.
-func CacheOptions(watchFilter string) cache.Options {
+func CacheOptions(watchFilter string, owners *apiserver.Ownership) cache.Options {
 	filter := WatchFilterSelector(watchFilter)
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": apiserver.FieldOwner}).Add(filter...)}
 	// The apiserver pods carry the name label (they are the Deployment's,
@@ -408,10 +410,10 @@ func CacheOptions(watchFilter string) cache.Options {
 			// The apiservers' ReplicaSets, metadata only: which pods are
 			// the tenant's Deployment's (tenantPods).
 			replicaSetMetadata():            {Label: labels.NewSelector().Add(*apiserverPod), Transform: keepOwnership},
-			&corev1.Secret{}:                owned,
+			&corev1.Secret{}:                {Label: owned.Label, Transform: keepProven(owners)},
 			&corev1.ConfigMap{}:             owned,
 			&corev1.Service{}:               owned,
-			&appsv1.Deployment{}:            owned,
+			&appsv1.Deployment{}:            {Label: owned.Label, Transform: keepProven(owners)},
 			&policyv1.PodDisruptionBudget{}: owned,
 			&networkingv1.NetworkPolicy{}:   owned,
 		},
@@ -472,6 +474,61 @@ func keepOnlyIdentity(obj any) (any, error) {
 // keepOwnership strips a ReplicaSet's metadata down to what says which
 // Deployment controls it and which labels select it: a Deployment keeps
 // up to ten old ReplicaSets, times every tenant.
+// keepProven keeps a Secret or Deployment whole in the cache only when it
+// carries a valid proof that the operator wrote it (owners), or was created
+// before the ownership key (a release that proved nothing wrote it, and the
+// reconciler takes it once by the old rule): anyone who can write a Secret
+// in a namespace can give it the operator's labels, and only the
+// operator's objects are worth their data. Others keep their identity,
+// their operator labels and their controller: what says whose name they
+// hold (a NameConflict). The proof is checked for the tenant the name
+// label or the controlling ApiServerConfig names.
+func keepProven(owners *apiserver.Ownership) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		o, ok := obj.(client.Object)
+		if !ok || !apiserver.NeedsProof(o) {
+			return obj, nil
+		}
+		o.SetManagedFields(nil)
+		if owners != nil && o.GetCreationTimestamp().Time.Before(owners.Since()) {
+			return o, nil
+		}
+		var uid types.UID
+		tenants := []string{o.GetLabels()[apiserver.NameLabel]}
+		if ref := metav1.GetControllerOfNoCopy(o); ref != nil && ref.Kind == "ApiServerConfig" {
+			tenants = append(tenants, ref.Name)
+			uid = ref.UID
+		}
+		for _, t := range tenants {
+			if t != "" && owners.Proven(t, uid, o) {
+				return o, nil
+			}
+		}
+		kept := metav1.ObjectMeta{
+			Namespace: o.GetNamespace(), Name: o.GetName(), UID: o.GetUID(), ResourceVersion: o.GetResourceVersion(),
+			Generation: o.GetGeneration(), CreationTimestamp: o.GetCreationTimestamp(), DeletionTimestamp: o.GetDeletionTimestamp(),
+		}
+		for k, v := range o.GetLabels() {
+			if strings.HasPrefix(k, "app.kubernetes.io/") || strings.HasPrefix(k, "controlplane.apiserver-operator.dev/") {
+				if kept.Labels == nil {
+					kept.Labels = map[string]string{}
+				}
+				kept.Labels[k] = v
+			}
+		}
+		if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+			kept.OwnerReferences = []metav1.OwnerReference{*ref}
+		}
+		switch v := o.(type) {
+		case *corev1.Secret:
+			return &corev1.Secret{TypeMeta: v.TypeMeta, ObjectMeta: kept, Type: v.Type}, nil
+		case *appsv1.Deployment:
+			return &appsv1.Deployment{TypeMeta: v.TypeMeta, ObjectMeta: kept}, nil
+		}
+		return obj, nil
+	}
+}
+
 // podLabelsKept are the labels of a pod the cache keeps: the Deployment's
 // selector and its ReplicaSets'.
 var podLabelsKept = append(slices.Collect(maps.Keys(apiserver.SelectorLabels(""))), appsv1.DefaultDeploymentUniqueLabelKey)

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -390,4 +392,68 @@ func TestApiServerConfigReconciler_ALookAlikePodCostsTheCacheLittle(t *testing.T
 		t.Errorf("the cached pod's containers are %+v, want kube-apiserver's name", cached.Spec.Containers)
 	}
 	t.Logf("A look-alike pod of %d bytes is held in %d", len(stored), len(held))
+}
+
+// A Secret or Deployment anyone may write with the operator's labels is
+// held in the operator's cache without its data or template unless it
+// carries the operator's proof: look-alikes cost their identity, while the
+// tenant's own objects are read whole.
+func TestApiServerConfigReconciler_LookAlikeSecretsAndDeploymentsCostTheCacheLittle(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "held", nil)
+	createReady(t, cfg)
+	labels := map[string]string{"app.kubernetes.io/managed-by": apiserver.FieldOwner, apiserver.NameLabel: cfg.Name}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "held-lookalike", Labels: labels, Annotations: map[string]string{"padding": strings.Repeat("a", 100<<10)}},
+		Data:       map[string][]byte{"tls.key": bytes.Repeat([]byte("k"), 900<<10)},
+	}
+	deployment := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "held-lookalike", Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"lookalike": "yes"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"lookalike": "yes"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i",
+					Env: []corev1.EnvVar{{Name: "PADDING", Value: strings.Repeat("e", 500<<10)}}}}},
+			},
+		},
+	}
+	for _, o := range []client.Object{secret, deployment} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cached := func(o client.Object) client.Object {
+		t.Helper()
+		into := o.DeepCopyObject().(client.Object)
+		for i := 0; ; i++ {
+			err := reconciler.Client.Get(ctx, client.ObjectKeyFromObject(o), into)
+			if err == nil && (o.GetResourceVersion() == "" || into.GetResourceVersion() == o.GetResourceVersion()) {
+				return into
+			}
+			if i == 100 {
+				t.Fatalf("%s never reached the operator's cache: %v", o.GetName(), err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, o := range []client.Object{secret, deployment} {
+		held := cached(o)
+		if n := len(mustJSON(t, held)); n > 2<<10 {
+			t.Errorf("the cache holds %d bytes of the look-alike %T %s, want at most 2 KiB", n, o, o.GetName())
+		}
+		if held.GetLabels()[apiserver.NameLabel] != cfg.Name || len(held.GetAnnotations()) != 0 {
+			t.Errorf("the cached look-alike %T keeps labels %v and annotations %d, want the operator's labels and no annotation", o, held.GetLabels(), len(held.GetAnnotations()))
+		}
+	}
+	// The tenant's own CA, proven, is held whole: its key is there.
+	ca := cached(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName(cfg.Name)}})
+	if s := ca.(*corev1.Secret); len(s.Data[corev1.TLSPrivateKeyKey]) == 0 || s.Annotations[apiserver.ProofAnnotation] == "" {
+		t.Errorf("the tenant's own CA Secret is held without its key or its proof: keys %v", slices.Collect(maps.Keys(s.Data)))
+	}
+	own := cached(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}})
+	if d := own.(*appsv1.Deployment); len(d.Spec.Template.Spec.Containers) == 0 {
+		t.Error("the tenant's own Deployment is held without its pod template")
+	}
 }

@@ -58,9 +58,14 @@ func run(m *testing.M) (int, error) {
 	}
 	defer func() { _ = env.Stop() }()
 
+	// The ownership key, as the manager makes it at its first start (in
+	// kube-system: the tests' namespaces come and go).
+	if ownershipKey, err = ownership.Load(context.Background(), env.Client, types.NamespacedName{Namespace: "kube-system", Name: ownership.DefaultSecretName}); err != nil {
+		return 0, err
+	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:        env.Scheme,
-		Cache:         CacheOptions(""),
+		Cache:         CacheOptions("", ownershipKey),
 		Metrics:       metricsserver.Options{BindAddress: "0"},
 		WebhookServer: env.WebhookServer(),
 	})
@@ -69,11 +74,6 @@ func run(m *testing.M) (int, error) {
 	}
 	validators := validatorpool.NewPool(envtest.BinDir())
 	defer validators.Close()
-	// The ownership key, as the manager makes it at its first start (in
-	// kube-system: the tests' namespaces come and go).
-	if ownershipKey, err = ownership.Load(context.Background(), env.Client, types.NamespacedName{Namespace: "kube-system", Name: ownership.DefaultSecretName}); err != nil {
-		return 0, err
-	}
 	tenantIndex, err := tenantindex.New(env.Config, env.Scheme, tenantindex.WithMarkProofs(ownershipKey))
 	if err != nil {
 		return 0, err

@@ -48,7 +48,7 @@ func run(m *testing.M) (int, error) {
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, WebhookServer: env.WebhookServer(),
 		// The cache as the manager has it: the operator's own objects only.
-		Cache: controllers.CacheOptions(""),
+		Cache: controllers.CacheOptions("", nil),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("creating the manager: %w", err)
