@@ -125,6 +125,7 @@ type options struct {
 	backupMaxBytes                int64
 	// tenantEgress: --tenant-egress-deny and --tenant-egress-allow.
 	tenantEgress apiserver.EgressRanges
+	readBudget   int64
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -215,6 +216,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.Func("tenant-egress-allow",
 		"Comma-separated address ranges (CIDRs) the tenants' apiservers may call although a refused range holds them: a webhook or issuer the platform runs in the management cluster, say.",
 		prefixFlag(&o.tenantEgress.Allowed))
+	fs.Int64Var(&o.readBudget, "tenant-read-budget", tenantio.DefaultReadBudgetBytes,
+		"The most the controllers hold, in bytes, of the answers they are reading from every tenant's API at once: a read past it waits for room, within its deadline. At least one answer's cap (32 MiB).")
 	fs.DurationVar(&o.backupTimeout, "backup-timeout", controllers.DefaultBackupTimeout,
 		"The longest one backup or one restore may take: a backup that takes longer fails, a restore is held and starts over later.")
 	fs.Int64Var(&o.backupMaxBytes, "backup-max-bytes", controllers.DefaultMaxBackupBytes,
@@ -241,6 +244,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.concurrency < 1 {
 		return nil, fmt.Errorf("--max-concurrent-reconciles is %d: it must be at least 1", o.concurrency)
+	}
+	if o.readBudget < tenantio.MaxAPIResponseBytes {
+		return nil, fmt.Errorf("--tenant-read-budget is %d: it must hold at least one whole answer of a tenant, %d bytes", o.readBudget, tenantio.MaxAPIResponseBytes)
 	}
 	if o.removedAPIQuiet <= 0 {
 		return nil, fmt.Errorf("--removed-api-quiet-period is %s: it must be positive", o.removedAPIQuiet)
@@ -332,6 +338,9 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	restConfig, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig of the management cluster: %w", err)
+	}
+	if err := tenantio.SetReadBudget(o.readBudget); err != nil {
+		return fmt.Errorf("--tenant-read-budget: %w", err)
 	}
 	// The ownership key comes first: the cache keeps whole only the
 	// Secrets and Deployments it proves.

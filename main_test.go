@@ -224,6 +224,10 @@ func TestManager_TenantEgressRanges(t *testing.T) {
 	if got := fmt.Sprint(o.tenantEgress.Denied, o.tenantEgress.Allowed); got != "[10.88.0.0/16 192.168.50.7/32 fd00::/64] [10.88.7.0/24]" {
 		t.Errorf("the tenants' egress ranges are %s", got)
 	}
+	_, err = parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), []string{"--tenant-read-budget=1048576"})
+	if err == nil || !strings.Contains(err.Error(), "--tenant-read-budget is 1048576: it must hold at least one whole answer") {
+		t.Errorf("a read budget below one answer gave %v, want a refusal that names the flag", err)
+	}
 	_, err = parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), []string{"--tenant-egress-deny=10.88.0.0/33"})
 	if err == nil || !strings.Contains(err.Error(), `"10.88.0.0/33" is no address range`) {
 		t.Errorf("an invalid range gave %v, want a refusal that names it", err)

@@ -11,9 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -75,6 +77,35 @@ const (
 	maxErrorBodyBytes = 64 << 10
 )
 
+// DefaultReadBudgetBytes is what the operator holds at most of the answers
+// it is reading from every tenant at once (SetReadBudget).
+const DefaultReadBudgetBytes = 256 << 20
+
+// readBudget bounds the bytes of the tenants' answers held at once, over
+// every tenant and reconcile worker: API answers and discovery documents
+// are read whole before they are decoded, so each holds what it read
+// until its body is closed. A read that would pass the budget waits for
+// room, within its own deadline (Timeout). /metrics is streamed and keeps
+// only the families asked for: it is bounded on its own.
+var readBudget atomic.Pointer[semaphore.Weighted]
+
+func init() { _ = SetReadBudget(DefaultReadBudgetBytes) }
+
+// SetReadBudget sets the budget of the bytes read from tenants at once; it
+// must be at least MaxAPIResponseBytes, or the largest answer could never
+// be read.
+func SetReadBudget(size int64) error {
+	if size < MaxAPIResponseBytes {
+		return fmt.Errorf("the budget for reads from tenants is %d bytes: it must hold at least one whole answer, %d MiB", size, MaxAPIResponseBytes>>20)
+	}
+	readBudget.Store(semaphore.NewWeighted(size))
+	readBudgetBytes.Store(size)
+	return nil
+}
+
+// readBudgetBytes is the budget SetReadBudget set last, for errors.
+var readBudgetBytes atomic.Int64
+
 // Connect reaches a tenant's API at host:port (its Service), as the
 // administrator adminKubeconfig holds; serverName, a SAN of the serving
 // certificate, verifies an apiserver pod reached at its own address on
@@ -90,7 +121,7 @@ func Connect(adminKubeconfig []byte, host string, port int32, serverName string,
 	rc.QPS, rc.Burst = -1, 0
 	rc.UserAgent = "apiserver-operator"
 	base := rest.CopyConfig(rc)
-	wrapCapped(rc, MaxAPIResponseBytes, nil)
+	wrapCapped(rc, MaxAPIResponseBytes, nil, true)
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", rc.Host, err)
@@ -104,14 +135,14 @@ func Connect(adminKubeconfig []byte, host string, port int32, serverName string,
 
 // wrapCapped caps the responses of rc's client at limit bytes each
 // (capResponses), and, with total, at what is left of total over all of
-// them; after what rc already wraps its transport with.
-func wrapCapped(rc *rest.Config, limit int64, total *atomic.Int64) {
+// them, budgeted or not; after what rc already wraps its transport with.
+func wrapCapped(rc *rest.Config, limit int64, total *atomic.Int64, budgeted bool) {
 	prev := rc.WrapTransport
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		if prev != nil {
 			rt = prev(rt)
 		}
-		return capResponses(limit, total)(rt)
+		return capResponses(limit, total, budgeted)(rt)
 	}
 }
 
@@ -136,7 +167,7 @@ func (t *client) metrics(ctx context.Context, podIP string, families ...string) 
 	// again: closed at once rather than left idle until its timeout (the
 	// audit watch reads thousands of apiservers each round).
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return closingTransport{rt} }
-	wrapCapped(rc, MaxMetricsBytes, nil)
+	wrapCapped(rc, MaxMetricsBytes, nil, false)
 	rcl, err := rest.RESTClientFor(rc)
 	if err != nil {
 		return nil, fmt.Errorf("reaching the apiserver pod at %s: %w", rc.Host, err)
@@ -212,8 +243,9 @@ func isSeriesOf(name, family string) bool {
 // capResponses cuts every response body at limit bytes (an error answer's
 // at maxErrorBodyBytes, which client-go reads whole), and, with total, at
 // what is left of it: reading past either is an error, so that a truncated
-// document is never taken for a whole one.
-func capResponses(limit int64, total *atomic.Int64) func(http.RoundTripper) http.RoundTripper {
+// document is never taken for a whole one. A budgeted body takes what it
+// reads from readBudget until it is closed.
+func capResponses(limit int64, total *atomic.Int64, budgeted bool) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)
@@ -229,7 +261,11 @@ func capResponses(limit int64, total *atomic.Int64) func(http.RoundTripper) http
 				_ = resp.Body.Close()
 				return nil, fmt.Errorf("%s: the answer is %d bytes, more than the %d the operator reads from a tenant", what, resp.ContentLength, capped)
 			}
-			resp.Body = &cappedBody{ReadCloser: resp.Body, left: capped, max: capped, total: total, what: what}
+			body := &cappedBody{ReadCloser: resp.Body, left: capped, max: capped, total: total, what: what}
+			if budgeted {
+				body.budget, body.ctx = readBudget.Load(), req.Context()
+			}
+			resp.Body = body
 			return resp, nil
 		})
 	}
@@ -246,6 +282,27 @@ type cappedBody struct {
 	left, max int64
 	total     *atomic.Int64
 	what      string
+	// budget, when set, holds held bytes of it until Close; ctx bounds
+	// the wait for room.
+	budget *semaphore.Weighted
+	ctx    context.Context
+	mu     sync.Mutex
+	held   int64
+}
+
+// Close closes the body and gives back what it held of the budget.
+func (b *cappedBody) Close() error {
+	err := b.ReadCloser.Close()
+	if b.budget != nil {
+		b.mu.Lock()
+		held := b.held
+		b.held = 0
+		b.mu.Unlock()
+		if held > 0 {
+			b.budget.Release(held)
+		}
+	}
+	return err
 }
 
 func (b *cappedBody) Read(p []byte) (int, error) {
@@ -263,7 +320,25 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
 	}
-	n, err := b.ReadCloser.Read(p)
+	if b.budget != nil {
+		want := int64(len(p))
+		if err := b.budget.Acquire(b.ctx, want); err != nil {
+			return 0, fmt.Errorf("%s: waiting for room in the operator's budget for what it reads from tenants at once (%d MiB, --tenant-read-budget): %w", b.what, readBudgetBytes.Load()>>20, err)
+		}
+		n, err := b.ReadCloser.Read(p)
+		b.mu.Lock()
+		b.held += int64(n)
+		b.mu.Unlock()
+		if surplus := want - int64(n); surplus > 0 {
+			b.budget.Release(surplus)
+		}
+		return b.counted(n, err)
+	}
+	return b.counted(b.ReadCloser.Read(p))
+}
+
+// counted takes n bytes read off what is left.
+func (b *cappedBody) counted(n int, err error) (int, error) {
 	b.left -= int64(n)
 	if b.total != nil && b.total.Add(-int64(n)) < 0 {
 		return n, fmt.Errorf("%s: the tenant's answers are longer than the operator reads from it at once", b.what)
@@ -280,7 +355,7 @@ func (t *client) resources(ctx context.Context) (map[schema.GroupResource]Resour
 	rc := rest.CopyConfig(t.rc)
 	var left atomic.Int64
 	left.Store(MaxDiscoveryBytes)
-	wrapCapped(rc, MaxDiscoveryDocumentBytes, &left)
+	wrapCapped(rc, MaxDiscoveryDocumentBytes, &left, true)
 	disc, err := discovery.NewDiscoveryClientForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the tenant's API at %s: %w", t.host, err)

@@ -36,7 +36,7 @@ const (
 // konnectivity server.
 var konnectivityProbeClient = &http.Client{
 	Timeout: KonnectivityProbeTimeout,
-	Transport: capResponses(MaxKonnectivityMetricsBytes, nil)(&http.Transport{
+	Transport: capResponses(MaxKonnectivityMetricsBytes, nil, true)(&http.Transport{
 		DisableKeepAlives: true, Proxy: nil,
 		// Not Go's 10 MiB: upstream's server sends a few headers.
 		MaxResponseHeaderBytes: 16 << 10,
