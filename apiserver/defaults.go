@@ -1,6 +1,9 @@
 package apiserver
 
 import (
+	"cmp"
+	"path"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +48,15 @@ func DeletionPolicyOf(spec *v1alpha1.ApiServerConfigSpec) v1alpha1.DeletionPolic
 // NewTenantEtcdPrefix is the etcd prefix of a new tenant that names none.
 func NewTenantEtcdPrefix(namespace, name string) string {
 	return "/tenants/" + namespace + "/" + name
+}
+
+// PrefixInNamespace reports whether the etcd prefix (unset: the default)
+// is below namespace's own, NewTenantEtcdPrefix(namespace, ""), and not
+// that prefix itself.
+func PrefixInNamespace(namespace, prefix string) bool {
+	own := NewTenantEtcdPrefix(namespace, "")
+	p := path.Join("/", cmp.Or(prefix, DefaultEtcdPrefix)) + "/"
+	return strings.HasPrefix(p, own) && p != own
 }
 
 // SetDefaults fills unset fields of spec with the defaults that the CRD's

@@ -341,6 +341,21 @@ func (r *ApiServerConfigReconciler) findDatastore(ctx context.Context, p *pass) 
 		p.done = true
 		return nil
 	}
+	// On a datastore, where every tenant's etcd user holds its prefix, a
+	// prefix is its namespace's: no other namespace's lies above it. A
+	// tenant that stored its data there before this rule keeps its
+	// prefix.
+	kept := p.cfg.Status.EtcdDatastore == ds.name && p.cfg.Status.DataPrefix != "" &&
+		p.cfg.Status.DataPrefix == apiserver.KeyspaceOf(&p.cfg.Spec.Etcd).Prefix
+	if !kept && !apiserver.PrefixInNamespace(p.cfg.Namespace, p.cfg.Spec.Etcd.Prefix) {
+		own := apiserver.NewTenantEtcdPrefix(p.cfg.Namespace, "")
+		p.obs.failure = &envFailure{reason: v1alpha1.ReasonEtcdDatastore, message: fmt.Sprintf(
+			"the tenant's etcd servers are the platform's datastore %s, where a tenant's prefix must be under its namespace's, %s: %s is not; set spec.etcd.prefix under it, or leave it out to get %s%s (nothing was granted or written on the datastore)",
+			ds.name, own, cmp.Or(p.cfg.Spec.Etcd.Prefix, apiserver.DefaultEtcdPrefix), own, p.cfg.Name),
+			since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdDatastore, p.now)}
+		p.done = true
+		return nil
+	}
 	p.datastore = ds
 	p.in.EtcdUser = apiserver.EtcdUserName(p.cfg.Namespace, p.cfg.Name)
 	p.cfg.Status.EtcdDatastore = ds.name

@@ -1,9 +1,7 @@
 package admission
 
 import (
-	"cmp"
 	"fmt"
-	"path"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -80,7 +78,7 @@ func (g Gates) Check(old, cfg *v1alpha1.ApiServerConfig) field.ErrorList {
 	}
 	if g.NamespacedEtcdPrefixes && (old == nil || old.Spec.Etcd.Prefix != cfg.Spec.Etcd.Prefix) {
 		own := apiserver.NewTenantEtcdPrefix(cfg.Namespace, "")
-		if p := path.Join("/", cmp.Or(cfg.Spec.Etcd.Prefix, apiserver.DefaultEtcdPrefix)) + "/"; !strings.HasPrefix(p, own) || p == own {
+		if !apiserver.PrefixInNamespace(cfg.Namespace, cfg.Spec.Etcd.Prefix) {
 			errs = append(errs, field.Forbidden(spec.Child("etcd", "prefix"), fmt.Sprintf(
 				"the operator admits only prefixes under %s, this namespace's (the operator's --namespaced-etcd-prefixes): leave prefix out to get %s%s",
 				own, own, cfg.Name)))

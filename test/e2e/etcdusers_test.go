@@ -169,6 +169,38 @@ func TestOperator_TenantsOnADatastoreCannotReadEachOthersKeys(t *testing.T) {
 		t.Errorf("a's ConfigMap after b's attempts: %v, %v", got, err)
 	}
 
+	// A tenant whose prefix is outside its namespace's gets no user on the
+	// datastore and never starts: its status says why.
+	outside := localTenant(t, tenantNamespace(t), "etcd-user-c")
+	outside.Spec.Etcd.Prefix = "/shared/etcd-user-c"
+	if err := c.Create(ctx, outside); err != nil {
+		t.Fatal(err)
+	}
+	wantWhy := "where a tenant's prefix must be under its namespace's, " + apiserver.NewTenantEtcdPrefix(outside.Namespace, "")
+	for i := 0; ; i++ {
+		got := &v1alpha1.ApiServerConfig{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(outside), got); err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(got.Status.Conditions, func(cond metav1.Condition) bool {
+			return cond.Reason == v1alpha1.ReasonEtcdDatastore && strings.Contains(cond.Message, wantWhy)
+		}) {
+			break
+		}
+		if i == 120 {
+			t.Fatalf("a tenant with prefix %s on the datastore: conditions %+v, want reason %s saying %q", outside.Spec.Etcd.Prefix, got.Status.Conditions, v1alpha1.ReasonEtcdDatastore, wantWhy)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, url := range []string{te.MainURL, te.EventsURL} {
+		if _, err := tenantEtcd(t, url).UserGet(ctx, apiserver.EtcdUserName(outside.Namespace, outside.Name)); !errors.Is(err, rpctypes.ErrUserNotFound) {
+			t.Errorf("the outside tenant's etcd user on %s: %v, want none", url, err)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: outside.Namespace, Name: apiserver.DeploymentName(outside.Name)}, &appsv1.Deployment{}); err == nil {
+		t.Error("the tenant outside its namespace's prefix has a Deployment")
+	}
+
 	// Deleting b removes its user from both etcds.
 	if err := c.Delete(ctx, b); err != nil {
 		t.Fatal(err)
