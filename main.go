@@ -40,6 +40,7 @@ import (
 	controlplanev1alpha1 "github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
+	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
 	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
@@ -357,11 +358,17 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if owners, err = ownership.Load(ctx, direct, types.NamespacedName{Namespace: ns, Name: name}); err != nil {
 			return err
 		}
-		services, err := controllers.ManagementServiceRanges(ctx, direct)
+		management, missing, err := controllers.ManagementRanges(ctx, direct)
 		if err != nil {
 			return err
 		}
-		o.tenantEgress.Denied = append(o.tenantEgress.Denied, services...)
+		for _, m := range missing {
+			setupLog.Error(nil, "The tenants' apiservers may call what the operator could not read: give it in --tenant-egress-deny", "unread", m)
+		}
+		if len(o.tenantEgress.Denied) == 0 {
+			setupLog.Error(nil, "--tenant-egress-deny is empty: the tenants' apiservers may call the management cluster's nodes and pods, but for their own node, wherever their NetworkPolicy and the network plugin let them")
+		}
+		o.tenantEgress.Denied = append(o.tenantEgress.Denied, management...)
 		setupLog.Info("The tenants' apiservers may not call these ranges (besides their node, themselves, the management kube-apiserver and the link-local, loopback and metadata ranges)",
 			"denied", o.tenantEgress.Denied, "allowed", o.tenantEgress.Allowed)
 	}
@@ -627,8 +634,6 @@ func drain(ctx context.Context, delay time.Duration, stopping *atomic.Bool) cont
 	return drained
 }
 
-// splitList splits a comma-separated flag value, dropping empty entries:
-// "" is the empty list, not nil.
 // prefixFlag parses a comma-separated list of address ranges (CIDRs; an
 // address is a range of one) into *into.
 func prefixFlag(into *[]netip.Prefix) func(string) error {
@@ -642,12 +647,14 @@ func prefixFlag(into *[]netip.Prefix) func(string) error {
 				}
 				p = netip.PrefixFrom(a, a.BitLen())
 			}
-			*into = append(*into, p.Masked())
+			*into = append(*into, etcddialer.UnmapPrefix(p).Masked())
 		}
 		return nil
 	}
 }
 
+// splitList splits a comma-separated flag value, dropping empty entries:
+// "" is the empty list, not nil.
 func splitList(v string) []string {
 	out := []string{}
 	for _, e := range strings.Split(v, ",") {

@@ -300,7 +300,10 @@ func EgressSelectorConfig(c *Completed) ([]byte, error) {
 		ProxyProtocol: apiserverv1beta1.ProtocolHTTPConnect,
 		Transport:     &apiserverv1beta1.Transport{UDS: &apiserverv1beta1.UDSTransport{UDSName: EgressFilterSocket}},
 	}
-	cluster := filtered
+	cluster := apiserverv1beta1.Connection{
+		ProxyProtocol: apiserverv1beta1.ProtocolHTTPConnect,
+		Transport:     &apiserverv1beta1.Transport{UDS: &apiserverv1beta1.UDSTransport{UDSName: EgressClusterSocket}},
+	}
 	if usesKonnectivity(c) {
 		cluster = apiserverv1beta1.Connection{
 			ProxyProtocol: apiserverv1beta1.ProtocolGRPC,

@@ -99,9 +99,13 @@ type EgressRanges struct {
 }
 
 // args are the filter's flags of the dialer sidecar, each range once, in
-// order.
-func (e EgressRanges) args() []string {
+// order: its controlplane socket, and its cluster socket for a tenant
+// without the network proxy.
+func (e EgressRanges) args(c *Completed) []string {
 	args := []string{"--egress-socket=" + EgressFilterSocket}
+	if !usesKonnectivity(c) {
+		args = append(args, "--egress-cluster-socket="+EgressClusterSocket)
+	}
 	for _, r := range []struct {
 		flag   string
 		ranges []netip.Prefix
@@ -191,7 +195,7 @@ func desiredDeployment(c *Completed, args []string, in DeploymentInputs) (*appsv
 	dialerArgs := []string{"--socket=" + EtcdDialerSocket, "--allow=" + strings.Join(c.Etcd.Addresses, ",")}
 	// Its egress filter (EgressSelectorConfig) refuses the node's and the
 	// pod's addresses, which the downward API gives.
-	dialerArgs = append(dialerArgs, in.Egress.args()...)
+	dialerArgs = append(dialerArgs, in.Egress.args(c)...)
 	dialerEnv := []corev1.EnvVar{
 		{Name: EgressHostIPsEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIPs"}}},
 		{Name: EgressPodIPsEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}},

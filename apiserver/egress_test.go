@@ -67,9 +67,12 @@ func TestDesiredDeployment_EgressFilter(t *testing.T) {
 		for _, s := range cfg.EgressSelections {
 			sockets[s.Name] = s.Connection.Transport.UDS.UDSName
 		}
-		cluster := EgressFilterSocket
+		cluster := EgressClusterSocket
 		if name == "konnectivity" {
 			cluster = KonnectivitySocket
+		}
+		if got := slices.Contains(dialer.Args, "--egress-cluster-socket="+EgressClusterSocket); got != (name != "konnectivity") {
+			t.Errorf("%s: the sidecar serves the cluster egress: %v, want %v", name, got, name != "konnectivity")
 		}
 		if want := map[string]string{"etcd": EtcdDialerSocket, "controlplane": EgressFilterSocket, "cluster": cluster}; !maps.Equal(sockets, want) {
 			t.Errorf("%s: the egress selections go to %v, want %v", name, sockets, want)

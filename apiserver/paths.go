@@ -83,6 +83,10 @@ const (
 	// "cluster" egress without the network proxy, go through it
 	// (EgressSelectorConfig).
 	EgressFilterSocket = EtcdDialerDir + "/egress.sock"
+	// EgressClusterSocket is the filter's socket of the "cluster" egress
+	// without the network proxy: a socket, and connections, of its own,
+	// so that long exec and log streams never take the controlplane's.
+	EgressClusterSocket = EtcdDialerDir + "/egress-cluster.sock"
 
 	// AuditLogDir and AuditLogFile are where the audit log is written.
 	AuditLogDir  = "/var/log/kubernetes/audit"

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -78,7 +80,7 @@ func DefaultDeniedRanges() []DeniedRange {
 		{"::1/128", "loopback, the pod itself"},
 		{"169.254.0.0/16", "link-local, where clouds serve instance metadata"},
 		{"fe80::/10", "link-local"},
-		{"fd00:ec2::254/128", "a cloud's instance metadata address"},
+		{"fd00:ec2::/32", "a cloud's instance metadata range"},
 		{"100.100.100.200/32", "a cloud's instance metadata address"},
 		{"224.0.0.0/4", "multicast"},
 		{"ff00::/8", "multicast"},
@@ -205,16 +207,25 @@ func (f *EgressFilter) handle(ctx context.Context, conn net.Conn, tooMany bool) 
 		answer(conn, answerBadRequest)
 		return
 	}
+	// A name's answer says neither whether it resolved nor to what: the
+	// management cluster's DNS answers it, and a tenant's administrator
+	// must not map the management network by asking.
+	_, literal := parseAddr(host)
+	refuse := func(why string) {
+		f.logRefused(target, why)
+		if !literal {
+			why = host + " does not resolve, as a fully qualified name, to an address the tenant's apiservers may call"
+		}
+		answer(conn, statusLine(http.StatusForbidden, fmt.Sprintf("the egress filter of the tenant's apiservers refuses %s: %s", target, why)))
+	}
 	addrs, err := f.resolve(ctx, host)
 	if err != nil {
-		answer(conn, statusLine(http.StatusBadGateway, fmt.Sprintf("the egress filter could not resolve %s", host)))
+		refuse(fmt.Sprintf("%s does not resolve: %v", host, err))
 		return
 	}
 	for _, a := range addrs {
 		if why := f.Refusal(a); why != "" {
-			f.logRefused(target, why)
-			answer(conn, statusLine(http.StatusForbidden,
-				fmt.Sprintf("the egress filter of the tenant's apiservers refuses %s: %s", target, why)))
+			refuse(why)
 			return
 		}
 	}
@@ -232,10 +243,22 @@ func (f *EgressFilter) handle(ctx context.Context, conn net.Conn, tooMany bool) 
 	}
 }
 
-// resolve returns the addresses of host: itself when it is an address.
+// parseAddr is host as an address, when it is one.
+func parseAddr(host string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(host)
+	return a, err == nil
+}
+
+// resolve returns the addresses of host: itself when it is an address. A
+// name is resolved as fully qualified (no search list of the pod's
+// resolv.conf: "kubernetes" must not become the management cluster's
+// kubernetes.default.svc).
 func (f *EgressFilter) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
+	if a, ok := parseAddr(host); ok {
 		return []netip.Addr{a}, nil
+	}
+	if !strings.HasSuffix(host, ".") {
+		host += "."
 	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
@@ -296,4 +319,57 @@ func statusLine(code int, reason string) string {
 		return r
 	}, reason)
 	return fmt.Sprintf("HTTP/1.1 %d %s: %s\r\n\r\n", code, http.StatusText(code), reason)
+}
+
+// Gateways are the next hops of the routes in a Linux routing table as
+// /proc/net/route (IPv4) and /proc/net/ipv6_route (IPv6) print them: in a
+// pod, its default gateway is an address of its node (a bridge's, a
+// veth's), which status.hostIPs does not name.
+func Gateways(route4, route6 io.Reader) []netip.Addr {
+	var out []netip.Addr
+	add := func(a netip.Addr) {
+		if a.IsValid() && !a.IsUnspecified() && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	if route4 != nil {
+		sc := bufio.NewScanner(route4)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) < 3 || len(f[2]) != 8 {
+				continue
+			}
+			b, err := hex.DecodeString(f[2])
+			if err != nil {
+				continue
+			}
+			// The kernel prints the address in host order: little-endian.
+			add(netip.AddrFrom4([4]byte{b[3], b[2], b[1], b[0]}))
+		}
+	}
+	if route6 != nil {
+		sc := bufio.NewScanner(route6)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) < 5 || len(f[4]) != 32 {
+				continue
+			}
+			b, err := hex.DecodeString(f[4])
+			if err != nil {
+				continue
+			}
+			add(netip.AddrFrom16([16]byte(b)))
+		}
+	}
+	return out
+}
+
+// UnmapPrefix is p with an IPv4-mapped IPv6 range (::ffff:10.0.0.0/104)
+// written as the IPv4 range it maps (10.0.0.0/8): the filter judges
+// addresses unmapped, and would never find one in the mapped spelling.
+func UnmapPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p
 }

@@ -2,10 +2,12 @@ package etcddialer
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,7 +134,11 @@ func TestEgressFilterChecksEveryAddressOfAName(t *testing.T) {
 	}
 	_, _, cluster := serveFilter(t, &EgressFilter{
 		Denied: []DeniedRange{deny("127.0.0.2/32", "an address of the node this apiserver runs on")},
-		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+		Resolve: func(_ context.Context, fqdn string) ([]netip.Addr, error) {
+			host, ok := strings.CutSuffix(fqdn, ".")
+			if !ok {
+				return nil, fmt.Errorf("%s was looked up with the search list", fqdn)
+			}
 			if lookups.Add(1) > 1 && host == "rebind.example.com" {
 				return []netip.Addr{netip.MustParseAddr("127.0.0.2")}, nil
 			}
@@ -146,9 +152,12 @@ func TestEgressFilterChecksEveryAddressOfAName(t *testing.T) {
 	}
 	_ = conn.Close()
 
+	// A name's refusal says the same whether it resolves to a refused
+	// address or not at all, and names no address.
+	same := "does not resolve, as a fully qualified name, to an address the tenant's apiservers may call"
 	_, err = cluster(context.Background(), "tcp", net.JoinHostPort("mixed.example.com", port))
-	if err == nil || !strings.Contains(err.Error(), "127.0.0.2 is an address of the node") {
-		t.Errorf("a name with an address of the node among its answers: %v, want the node's refusal", err)
+	if err == nil || !strings.Contains(err.Error(), "code 403") || !strings.Contains(err.Error(), "mixed.example.com "+same) || strings.Contains(err.Error(), "127.0.0.2") {
+		t.Errorf("a name with an address of the node among its answers: %v, want a refusal that names no address", err)
 	}
 	lookups.Store(0)
 	conn, err = cluster(context.Background(), "tcp", net.JoinHostPort("rebind.example.com", port))
@@ -163,8 +172,8 @@ func TestEgressFilterChecksEveryAddressOfAName(t *testing.T) {
 	if n := nodeAccepted.Load(); n != 0 {
 		t.Errorf("the node's listener accepted %d connections, want none", n)
 	}
-	if _, err := cluster(context.Background(), "tcp", net.JoinHostPort("unknown.example.com", port)); err == nil || !strings.Contains(err.Error(), "code 502") {
-		t.Errorf("a name that does not resolve: %v, want 502", err)
+	if _, err := cluster(context.Background(), "tcp", net.JoinHostPort("unknown.example.com", port)); err == nil || !strings.Contains(err.Error(), "unknown.example.com "+same) {
+		t.Errorf("a name that does not resolve: %v, want the same refusal as a refused one", err)
 	}
 }
 
@@ -283,5 +292,30 @@ func BenchmarkEgressFilter_Connect(b *testing.B) {
 			b.Fatal(err)
 		}
 		_ = conn.Close()
+	}
+}
+
+func TestGateways(t *testing.T) {
+	route4 := "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
+		"eth0\t00000000\t0100580A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n" +
+		"eth0\t0000580A\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"
+	route6 := "00000000000000000000000000000000 00 00000000000000000000000000000000 00 fd000000000000000000000000000001 00000400 00000002 00000000 00000003     eth0\n" +
+		"fe800000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000002 00000000 00000001     eth0\n"
+	got := Gateways(strings.NewReader(route4), strings.NewReader(route6))
+	want := []netip.Addr{netip.MustParseAddr("10.88.0.1"), netip.MustParseAddr("fd00::1")}
+	if !slices.Equal(got, want) {
+		t.Errorf("Gateways = %v, want %v", got, want)
+	}
+}
+
+func TestUnmapPrefix(t *testing.T) {
+	for in, want := range map[string]string{"::ffff:10.0.0.0/104": "10.0.0.0/8", "10.0.0.0/8": "10.0.0.0/8", "fd00::/8": "fd00::/8", "::ffff:0.0.0.0/80": "::ffff:0.0.0.0/80"} {
+		if got := UnmapPrefix(netip.MustParsePrefix(in)); got.String() != want {
+			t.Errorf("UnmapPrefix(%s) = %s, want %s", in, got, want)
+		}
+	}
+	f := &EgressFilter{Denied: []DeniedRange{{Prefix: UnmapPrefix(netip.MustParsePrefix("::ffff:10.0.0.0/104")), Why: "mapped"}}}
+	if f.Refusal(netip.MustParseAddr("10.1.2.3")) == "" {
+		t.Error("a range given IPv4-mapped does not refuse its IPv4 addresses")
 	}
 }

@@ -318,6 +318,9 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, env apiser
 		Dial:    egressDialed.dial,
 	}
 	go func() { _ = filter.Serve(dialerCtx, must(etcddialer.Listen(egressSocket))) }()
+	clusterSocket := filepath.Join(socketDir, "egress-cluster.sock")
+	clusterFilter := &etcddialer.EgressFilter{Denied: filter.Denied, Allowed: filter.Allowed, Dial: egressDialed.dial}
+	go func() { _ = clusterFilter.Serve(dialerCtx, must(etcddialer.Listen(clusterSocket))) }()
 
 	// The konnectivity server's socket, beside the dialer's.
 	konnectivitySocket := filepath.Join(socketDir, "konnectivity.sock")
@@ -327,6 +330,7 @@ func bootPod(t testing.TB, dir string, cfg *v1alpha1.ApiServerConfig, env apiser
 		if path == apiserver.EgressSelectorConfigFile {
 			data = bytes.ReplaceAll(data, []byte(apiserver.EtcdDialerSocket), []byte(socket))
 			data = bytes.ReplaceAll(data, []byte(apiserver.EgressFilterSocket), []byte(egressSocket))
+			data = bytes.ReplaceAll(data, []byte(apiserver.EgressClusterSocket), []byte(clusterSocket))
 			data = bytes.ReplaceAll(data, []byte(apiserver.KonnectivitySocket), []byte(konnectivitySocket))
 		}
 		if path == apiserver.KonnectivityKubeconfigFile {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -53,7 +54,8 @@ func main() {
 		waitFor = append(waitFor, set)
 		return nil
 	})
-	egressSocket := flag.String("egress-socket", "", "Path of the Unix socket of the egress filter, which kube-apiserver's controlplane and cluster egress selections connect to; none when empty.")
+	egressSocket := flag.String("egress-socket", "", "Path of the Unix socket of the egress filter of kube-apiserver's controlplane egress selection (webhooks by URL, authentication, authorization and audit webhooks, issuers); none when empty.")
+	clusterSocket := flag.String("egress-cluster-socket", "", "Path of the Unix socket of the egress filter of kube-apiserver's cluster egress selection (webhooks and aggregated APIs by Service, kubelets, proxy): its own connections, so that long exec and log streams do not take the controlplane's; none when empty.")
 	var egressDeny, egressAllow []netip.Prefix
 	flag.Func("egress-deny", "Comma-separated address ranges of the management cluster (its nodes, pods and Services) the egress filter refuses, besides "+
 		"the pod's node ($"+etcddialer.HostIPsEnv+"), the pod ($"+etcddialer.PodIPsEnv+"), the management kube-apiserver's Service ($KUBERNETES_SERVICE_HOST) and the link-local, loopback and metadata ranges.", prefixList(&egressDeny))
@@ -75,21 +77,25 @@ func main() {
 		return
 	}
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
-	var filter *etcddialer.EgressFilter
-	if *egressSocket != "" {
-		var err error
-		if filter, err = egressFilter(log, egressDeny, egressAllow); err != nil {
+	egress := map[string]*etcddialer.EgressFilter{}
+	for _, sock := range []string{*egressSocket, *clusterSocket} {
+		if sock == "" {
+			continue
+		}
+		filter, err := egressFilter(log, egressDeny, egressAllow)
+		if err != nil {
 			log.Error(err, "Stopped")
 			os.Exit(1)
 		}
+		egress[sock] = filter
 	}
-	if err := run(log, *socket, *allow, waitFor, *hold, *retryInterval, *egressSocket, filter); err != nil {
+	if err := run(log, *socket, *allow, waitFor, *hold, *retryInterval, egress); err != nil {
 		log.Error(err, "Stopped")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryInterval time.Duration, egressSocket string, filter *etcddialer.EgressFilter) error {
+func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryInterval time.Duration, egress map[string]*etcddialer.EgressFilter) error {
 	if socket == "" {
 		return errors.New("--socket is required")
 	}
@@ -111,10 +117,6 @@ func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryI
 		return fmt.Errorf("--retry-interval=%s: must be above 0", retryInterval)
 	}
 
-	l, err := etcddialer.Listen(socket)
-	if err != nil {
-		return err
-	}
 	s := &etcddialer.Server{
 		Allowed:       allowed,
 		Hold:          hold,
@@ -122,19 +124,39 @@ func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryI
 		WaitFor:       waitFor,
 		Log:           log,
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	active := s.Active
-	filtered := make(chan error, 1)
-	if filter != nil {
-		el, err := etcddialer.Listen(egressSocket)
+	// Every socket is served until a signal, or until one of them fails:
+	// then the others stop too, and the sidecar exits, so that kubelet
+	// restarts it whole rather than leave a part of it dead.
+	type server struct {
+		socket string
+		serve  func(context.Context, net.Listener) error
+		active func() int
+	}
+	servers := []server{{socket, s.Serve, s.Active}}
+	for _, sock := range slices.Sorted(maps.Keys(egress)) {
+		f := egress[sock]
+		servers = append(servers, server{sock, f.Serve, f.Active})
+		log.Info("Filtering egress", "socket", sock, "denied", len(f.Denied), "allowed", f.Allowed)
+	}
+	listeners := make([]net.Listener, 0, len(servers))
+	for _, srv := range servers {
+		l, err := etcddialer.Listen(srv.socket)
 		if err != nil {
-			_ = l.Close()
+			for _, l := range listeners {
+				_ = l.Close()
+			}
 			return err
 		}
-		active = func() int { return s.Active() + filter.Active() }
-		log.Info("Filtering egress", "socket", egressSocket, "denied", len(filter.Denied), "allowed", filter.Allowed)
-		go func() { filtered <- filter.Serve(ctx, el) }()
+		listeners = append(listeners, l)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	active := func() int {
+		n := 0
+		for _, srv := range servers {
+			n += srv.active()
+		}
+		return n
 	}
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
@@ -143,13 +165,21 @@ func run(log logr.Logger, socket, allow string, waitFor [][]string, hold, retryI
 		cancel()
 	}()
 	log.Info("Serving", "socket", socket, "allowed", allowed, "waitFor", waitFor, "hold", hold, "retryInterval", retryInterval)
-	err = s.Serve(ctx, l)
-	if filter != nil {
-		if ferr := <-filtered; err == nil {
-			err = ferr
+	errs := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() {
+			err := srv.serve(ctx, listeners[i])
+			cancel()
+			errs <- err
+		}()
+	}
+	var first error
+	for range servers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
 	}
-	return err
+	return first
 }
 
 // egressFilter is the filter of the given ranges and of the pod's own
@@ -171,6 +201,18 @@ func egressFilter(log logr.Logger, deny, allow []netip.Prefix) (*etcddialer.Egre
 			}
 			addr = addr.Unmap()
 			denied = append(denied, etcddialer.DeniedRange{Prefix: netip.PrefixFrom(addr, addr.BitLen()), Why: v.why})
+		}
+	}
+	// The pod's gateways are its node's too (the bridge or veth end that
+	// routes it), on an address of the pod network.
+	route4, _ := os.Open("/proc/net/route")
+	route6, _ := os.Open("/proc/net/ipv6_route")
+	for _, gw := range etcddialer.Gateways(route4, route6) {
+		denied = append(denied, etcddialer.DeniedRange{Prefix: netip.PrefixFrom(gw, gw.BitLen()), Why: "the pod's gateway, an address of its node"})
+	}
+	for _, f := range []*os.File{route4, route6} {
+		if f != nil {
+			_ = f.Close()
 		}
 	}
 	if os.Getenv(etcddialer.HostIPsEnv) == "" {
@@ -198,7 +240,7 @@ func prefixList(into *[]netip.Prefix) func(string) error {
 				}
 				prefix = netip.PrefixFrom(addr, addr.BitLen())
 			}
-			*into = append(*into, prefix.Masked())
+			*into = append(*into, etcddialer.UnmapPrefix(prefix).Masked())
 		}
 		return nil
 	}

@@ -32,12 +32,12 @@ func TestRun_RefusesBadFlags(t *testing.T) {
 		{"hold past gRPC's connect timeout", socket, "etcd:2379", 20 * time.Second, time.Second, "below 20s"},
 		{"no retry interval", socket, "etcd:2379", time.Second, 0, "--retry-interval=0s"},
 	} {
-		err := run(logr.Discard(), tt.socket, tt.allow, nil, tt.hold, tt.retry, "", nil)
+		err := run(logr.Discard(), tt.socket, tt.allow, nil, tt.hold, tt.retry, nil)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: run gave %v, want an error with %q", tt.name, err, tt.want)
 		}
 	}
-	if err := run(logr.Discard(), socket, "etcd:2379", [][]string{{"etcd:2379"}, {"other:2379"}}, time.Second, time.Second, "", nil); err == nil ||
+	if err := run(logr.Discard(), socket, "etcd:2379", [][]string{{"etcd:2379"}, {"other:2379"}}, time.Second, time.Second, nil); err == nil ||
 		!strings.Contains(err.Error(), "--wait-for=other:2379: other:2379 is not in --allow") {
 		t.Errorf("a server to wait for that may not be dialed: run gave %v", err)
 	}
