@@ -125,8 +125,9 @@ type options struct {
 	backupTimeout                 time.Duration
 	backupMaxBytes                int64
 	// tenantEgress: --tenant-egress-deny and --tenant-egress-allow.
-	tenantEgress apiserver.EgressRanges
-	readBudget   int64
+	tenantEgress  apiserver.EgressRanges
+	readBudget    int64
+	backupWorkers int
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -206,7 +207,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.StringVar(&o.ownershipKey, "ownership-key-secret", "",
 		"Secret, as <namespace>/<name>, of the key with which the controllers prove that they wrote a tenant's Secrets and Deployment (made at the first start; back it up with the platform's Secrets). Default: "+ownership.DefaultSecretName+" in the manager's namespace ($POD_NAMESPACE).")
 	fs.DurationVar(&o.backupMinInterval, "backup-schedule-min-interval", controllers.DefaultMinBackupInterval,
-		"The least time an ApiServerBackupSchedule may leave between two of its backups; a schedule of shorter gaps is refused in its status (backups of every namespace take turns).")
+		"The least time an ApiServerBackupSchedule may leave between two of its backups; a schedule of shorter gaps is refused in its status (backups share --backup-workers).")
 	fs.Func("backup-s3-endpoints",
 		"Comma-separated S3 endpoints that storage.s3 of an ApiServerBackup may name: host:port, or a host with any port. The operator reaches them from its own network position. Default: any endpoint.",
 		func(v string) error { o.backupS3Endpoints = splitList(v); return nil })
@@ -219,6 +220,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		prefixFlag(&o.tenantEgress.Allowed))
 	fs.Int64Var(&o.readBudget, "tenant-read-budget", tenantio.DefaultReadBudgetBytes,
 		"The most the controllers hold, in bytes, of the answers they are reading from every tenant's API at once: a read past it waits for room, within its deadline. At least one answer's cap (32 MiB).")
+	fs.IntVar(&o.backupWorkers, "backup-workers", controllers.DefaultBackupWorkers,
+		"How many backups run at once, one per namespace at most: a namespace's backups wait their turn, beside other namespaces'.")
 	fs.DurationVar(&o.backupTimeout, "backup-timeout", controllers.DefaultBackupTimeout,
 		"The longest one backup or one restore may take: a backup that takes longer fails, a restore is held and starts over later.")
 	fs.Int64Var(&o.backupMaxBytes, "backup-max-bytes", controllers.DefaultMaxBackupBytes,
@@ -245,6 +248,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.concurrency < 1 {
 		return nil, fmt.Errorf("--max-concurrent-reconciles is %d: it must be at least 1", o.concurrency)
+	}
+	if o.backupWorkers < 1 {
+		return nil, fmt.Errorf("--backup-workers is %d: it must be at least 1", o.backupWorkers)
 	}
 	if o.readBudget < tenantio.MaxAPIResponseBytes {
 		return nil, fmt.Errorf("--tenant-read-budget is %d: it must hold at least one whole answer of a tenant, %d bytes", o.readBudget, tenantio.MaxAPIResponseBytes)
@@ -464,7 +470,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, Dir: o.backupDir,
 			Datastores: datastores, Ownership: owners, S3Endpoints: o.backupS3Endpoints, Timeout: o.backupTimeout,
-			MaxBytes: o.backupMaxBytes,
+			MaxBytes: o.backupMaxBytes, Workers: o.backupWorkers,
 		}
 		if err := backups.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackup controller: %w", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,18 +77,54 @@ type ApiServerBackupReconciler struct {
 	// Datastores are the platform's etcd datastores: a backup of a tenant
 	// on one reads as its root.
 	Datastores *Datastores
+	// Workers is how many backups run at once (DefaultBackupWorkers when
+	// zero), one per namespace at most.
+	Workers int
+
+	// running are the namespaces a backup runs in now.
+	mu      sync.Mutex
+	running map[string]bool
 }
 
-// SetupWithManager registers the reconciler: one backup at a time (each
-// reads a whole tenant; a burst of backups queues rather than loads every
-// etcd at once).
+// DefaultBackupWorkers is how many backups run at once: each reads a whole
+// tenant, so a burst queues rather than loads every etcd at once, and
+// each namespace runs one at a time, so that one namespace's burst (or a
+// backup that hangs until its timeout) delays no other namespace's.
+const DefaultBackupWorkers = 4
+
+// backupTurnWait is how soon a backup whose namespace runs another looks
+// again.
+const backupTurnWait = 2 * time.Second
+
+// startIn takes the namespace's turn; false when a backup of it runs.
+func (r *ApiServerBackupReconciler) startIn(namespace string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running[namespace] {
+		return false
+	}
+	if r.running == nil {
+		r.running = map[string]bool{}
+	}
+	r.running[namespace] = true
+	return true
+}
+
+func (r *ApiServerBackupReconciler) endIn(namespace string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.running, namespace)
+}
+
+// SetupWithManager registers the reconciler: Workers backups at a time,
+// one per namespace (DefaultBackupWorkers).
 func (r *ApiServerBackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ApiServerBackup{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, DefaultBackupWorkers)}).
 		Complete(r)
 }
 
@@ -127,6 +164,18 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 	}
 	before := b.DeepCopy()
+	if !r.startIn(b.Namespace) {
+		// The namespace's other backup runs: this one waits its turn,
+		// while other namespaces' run beside it.
+		r.setPhase(b, v1alpha1.BackupRunning, "WaitingForTurn", "Another backup of this namespace runs: a namespace's backups run one at a time, beside other namespaces'")
+		if !apiequality.Semantic.DeepEqual(before.Status, b.Status) {
+			if err := r.Client.Status().Patch(ctx, b, client.MergeFrom(before)); err != nil {
+				return ctrl.Result{}, fmt.Errorf("saying that the backup waits its turn: %w", err)
+			}
+		}
+		return ctrl.Result{RequeueAfter: backupTurnWait}, nil
+	}
+	defer r.endIn(b.Namespace)
 	timeout := cmp.Or(r.Timeout, DefaultBackupTimeout)
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	wait, err := r.take(tctx, b)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
@@ -476,4 +478,62 @@ func TestApiServerBackupReconciler_AnArchivePastTheCapIsNotKept(t *testing.T) {
 	if len(files) > 0 {
 		t.Fatalf("the failed backup left %v on the volume", files)
 	}
+}
+
+// A namespace's backups run one at a time, beside other namespaces': while
+// one hangs on its S3 endpoint, the namespace's next waits its turn and
+// says so, and another namespace's backup completes.
+func TestApiServerBackupReconciler_ANamespacesBackupsTakeTurns(t *testing.T) {
+	ctx := context.Background()
+	nsA, nsB := namespace(t, nil), namespace(t, nil)
+	target, _ := s3Server(t, "turn-backups")
+	proxy := newStallingProxy(t, target)
+	proxy.stalled.Store(true)
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "s3-credentials"},
+		Data: map[string][]byte{S3AccessKeyIDKey: []byte("test-access"), S3SecretAccessKeyKey: []byte("test-secret-key")}}
+	if err := env.Client.Create(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	a, b := tenant(nsA, "turns", nil), tenant(nsB, "turns", nil)
+	createReady(t, a)
+	createReady(t, b)
+	backup := func(ns, name, tenant string, storage v1alpha1.BackupStorage) *v1alpha1.ApiServerBackup {
+		bk := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: tenant, Storage: storage}}
+		if err := env.Client.Create(ctx, bk); err != nil {
+			t.Fatal(err)
+		}
+		return bk
+	}
+	hung := backup(nsA, "hangs", a.Name, v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
+		Endpoint: proxy.lis.Addr().String(), Bucket: "turn-backups", CredentialsSecretName: creds.Name, Insecure: true}})
+	eventually(t, 10*time.Second, "the hanging backup runs", func() error {
+		if got := get(t, &v1alpha1.ApiServerBackup{ObjectMeta: hung.ObjectMeta}); !controllerutil.ContainsFinalizer(got, BackupFinalizer) {
+			return errors.New("not started")
+		}
+		return nil
+	})
+	next := backup(nsA, "next", a.Name, v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}})
+	other := backup(nsB, "other", b.Name, v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}})
+	eventually(t, 10*time.Second, "the namespace's next backup waits its turn", func() error {
+		c := meta.FindStatusCondition(get(t, &v1alpha1.ApiServerBackup{ObjectMeta: next.ObjectMeta}).Status.Conditions, v1alpha1.ConditionReady)
+		if c == nil || c.Reason != "WaitingForTurn" || !strings.Contains(c.Message, "one at a time") {
+			return fmt.Errorf("Ready is %v", c)
+		}
+		return nil
+	})
+	waitCompleted(t, other)
+	if got := get(t, &v1alpha1.ApiServerBackup{ObjectMeta: hung.ObjectMeta}); got.Status.Phase == v1alpha1.BackupCompleted {
+		t.Fatal("the backup to the hanging endpoint completed")
+	}
+	// Once the hanging backup is gone, the namespace's next one runs.
+	if err := env.Client.Delete(ctx, hung); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "the namespace's next backup completes", func() error {
+		if got := get(t, &v1alpha1.ApiServerBackup{ObjectMeta: next.ObjectMeta}); got.Status.Phase != v1alpha1.BackupCompleted {
+			return fmt.Errorf("the backup is %q: %v", got.Status.Phase, got.Status.Conditions)
+		}
+		return nil
+	})
 }
