@@ -19,6 +19,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
 // Store keeps one archive.
@@ -147,7 +149,7 @@ func S3(o S3Options) (Store, error) {
 	}
 	// A dead endpoint is known within seconds; a stalled one within the
 	// stall timeout.
-	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: tenantio.RefuseMetadata}).DialContext
 	transport.TLSHandshakeTimeout = 10 * time.Second
 	stall := o.StallTimeout
 	if stall <= 0 {

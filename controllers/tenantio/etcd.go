@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -61,11 +63,18 @@ const MaxResponseBytes = 8 << 20
 
 // Client opens a client of endpoints; the caller closes it.
 func (e EtcdV3) Client(endpoints []string, tlsConfig *tls.Config) (*clientv3.Client, error) {
+	dialer := &net.Dialer{Control: RefuseMetadata}
 	return clientv3.New(clientv3.Config{
 		Endpoints:          endpoints,
 		TLS:                tlsConfig,
 		DialTimeout:        e.RequestTimeout(),
 		MaxCallRecvMsgSize: MaxResponseBytes,
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			if _, host, ok := strings.Cut(addr, "://"); ok {
+				addr = host
+			}
+			return dialer.DialContext(ctx, "tcp", addr)
+		})},
 		// The client's own logger would print every failed dial.
 		Logger: zap.NewNop(),
 	})
