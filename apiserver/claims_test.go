@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,6 +51,9 @@ func TestGeneratedNames_CollideOnlyForNamesThatDifferByASuffix(t *testing.T) {
 			}
 		}
 		return false
+	}
+	if !slices.Contains(GeneratedNames("x"), "Service/x-konnectivity") {
+		t.Errorf("x's names %v lack its konnectivity Service", GeneratedNames("x"))
 	}
 	if !collide("x", "x-front-proxy") {
 		t.Errorf("x and x-front-proxy share no name: %v, %v", GeneratedNames("x"), GeneratedNames("x-front-proxy"))

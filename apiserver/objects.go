@@ -86,6 +86,8 @@ func OwnedObjects(name string) []Owned {
 		{Kind: "NetworkPolicy", Name: NetworkPolicyName(name)},
 		{Kind: "Deployment", Name: DeploymentName(name)},
 		{Kind: "Service", Name: ServiceName(name)},
+		// Only with spec.konnectivity: the Service the agents dial.
+		{Kind: "Service", Name: KonnectivityServiceName(name)},
 		{Kind: KindConfigMap, Name: ConfigMapName(name)},
 		{Kind: KindConfigMap, Name: KonnectivityAgentConfigMapName(name)},
 	}

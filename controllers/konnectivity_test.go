@@ -337,3 +337,26 @@ func TestApiServerConfigReconciler_ClusterCARotationLeavesTheKonnectivityAgentsA
 		t.Errorf("the konnectivity server's client certificate, a leaf of the cluster CA, was not reissued by the new CA: %v", err)
 	}
 }
+
+// A deleted tenant's konnectivity Service goes with it, as its other
+// objects do, whether or not the cluster runs a garbage collector (envtest
+// runs none).
+func TestApiServerConfigReconciler_DeletionRemovesTheKonnectivityService(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	cfg := tenant(ns, "edge-gone", func(s *v1alpha1.ApiServerConfigSpec) {
+		s.Konnectivity = &v1alpha1.KonnectivitySpec{Agent: v1alpha1.KonnectivityAgentSpec{Host: "edge.tenants.example.com"}}
+	})
+	createReady(t, cfg)
+	key := client.ObjectKey{Namespace: ns, Name: apiserver.KonnectivityServiceName(cfg.Name)}
+	if err := env.Client.Get(ctx, key, &corev1.Service{}); err != nil {
+		t.Fatalf("the konnectivity Service of a ready tenant: %v", err)
+	}
+	if err := env.Client.Delete(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, cfg)
+	if err := env.Client.Get(ctx, key, &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the deleted tenant's konnectivity Service: %v, want it gone", err)
+	}
+}
