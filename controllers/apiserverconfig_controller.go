@@ -547,22 +547,8 @@ func keepPodStatus(obj any) (any, error) {
 		Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion, Generation: p.Generation,
 		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp, DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
 	}, Status: p.Status}
-	for _, k := range podLabelsKept {
-		if v, ok := p.Labels[k]; ok {
-			if out.Labels == nil {
-				out.Labels = map[string]string{}
-			}
-			out.Labels[k] = v
-		}
-	}
-	for _, k := range []string{apiserver.ConfigHashAnnotation, apiserver.VersionAnnotation} {
-		if v, ok := p.Annotations[k]; ok {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			out.Annotations[k] = v
-		}
-	}
+	out.Labels = keysOf(p.Labels, podLabelsKept)
+	out.Annotations = keysOf(p.Annotations, []string{apiserver.ConfigHashAnnotation, apiserver.VersionAnnotation})
 	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
 		out.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
@@ -576,6 +562,20 @@ func keepPodStatus(obj any) (any, error) {
 	out.Spec = corev1.PodSpec{InitContainers: names(p.Spec.InitContainers), Containers: names(p.Spec.Containers),
 		ReadinessGates: p.Spec.ReadinessGates, NodeName: p.Spec.NodeName}
 	return out, nil
+}
+
+// keysOf is what m holds of keys; nil when none.
+func keysOf(m map[string]string, keys []string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func keepOwnership(obj any) (any, error) {

@@ -103,6 +103,10 @@ func SetReadBudget(size int64) error {
 	return nil
 }
 
+// readBudgetChunk is the most one read of a body takes of the budget
+// before it reads.
+const readBudgetChunk = 1 << 20
+
 // readBudgetBytes is the budget SetReadBudget set last, for errors.
 var readBudgetBytes atomic.Int64
 
@@ -321,6 +325,9 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 		p = p[:b.left]
 	}
 	if b.budget != nil {
+		// Taken a chunk at a time: a reader's buffer may be far larger
+		// than what one read returns, and would hold others back.
+		p = p[:min(len(p), readBudgetChunk)]
 		want := int64(len(p))
 		if err := b.budget.Acquire(b.ctx, want); err != nil {
 			return 0, fmt.Errorf("%s: waiting for room in the operator's budget for what it reads from tenants at once (%d MiB, --tenant-read-budget): %w", b.what, readBudgetBytes.Load()>>20, err)
