@@ -43,6 +43,8 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
+	"github.com/apiserver-operator/apiserver-operator/controllers/admincredentials"
+	"github.com/apiserver-operator/apiserver-operator/controllers/managercache"
 	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
@@ -399,7 +401,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		// The manager exits as soon as it loses the lease, so a new leader
 		// can start without waiting for this one's caches to drain.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(o.watchFilter, owners),
+		Cache:                         managercache.CacheOptions(o.watchFilter, owners),
 	}
 	if skipControllerNameValidation {
 		mgrOpts.Controller.SkipNameValidation = &skipControllerNameValidation
@@ -480,7 +482,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err := schedules.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackupSchedule controller: %w", err)
 		}
-		credentials := &controllers.AdminCredentialRequestReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		credentials := &admincredentials.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("apiserver-operator"), Ownership: owners}
 		if err := credentials.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the AdminCredentialRequest controller: %w", err)

@@ -27,100 +27,43 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/controllers/controllertest"
 )
 
-// eventually polls check every 100ms for up to timeout; the last error
-// fails the test.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// The helpers every suite shares (controllertest), on this suite's env.
+var (
+	eventually  = controllertest.Eventually
+	conditionOf = controllertest.ConditionOf
+)
 
 func namespace(t *testing.T, labels map[string]string) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "reconcile-", Labels: labels}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
+	return env.Namespace(t, labels)
 }
 
 // tenant is an ApiServerConfig whose etcd is the test's own.
 func tenant(ns, name string, mutate func(*v1alpha1.ApiServerConfigSpec)) *v1alpha1.ApiServerConfig {
-	cfg := &v1alpha1.ApiServerConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.ApiServerConfigSpec{
-			Etcd: v1alpha1.EtcdSpec{Servers: []string{env.ControlPlane.Etcd.URL.String()}, Prefix: "/tenants/" + ns + "/" + name},
-		},
-	}
-	if mutate != nil {
-		mutate(&cfg.Spec)
-	}
-	return cfg
+	return env.Tenant(ns, name, mutate)
 }
 
 func get[T client.Object](t *testing.T, obj T) T {
 	t.Helper()
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
-		t.Fatalf("reading %T %s: %v", obj, obj.GetName(), err)
-	}
-	return obj
+	return controllertest.Get(t, env.Client, obj)
 }
 
-func conditionOf(cfg *v1alpha1.ApiServerConfig, t string) *metav1.Condition {
-	return meta.FindStatusCondition(cfg.Status.Conditions, t)
-}
-
-// waitForDeployment waits for the apiserver Deployment of cfg.
 func waitForDeployment(t *testing.T, cfg *v1alpha1.ApiServerConfig) *appsv1.Deployment {
 	t.Helper()
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}}
-	eventually(t, 30*time.Second, "the Deployment appears", func() error {
-		return env.Client.Get(context.Background(), client.ObjectKeyFromObject(d), d)
-	})
-	return d
+	return env.WaitForDeployment(t, cfg)
 }
 
-// actAsDeploymentController sets the Deployment's status as if all its
-// replicas were up to date and ready (envtest runs no controller-manager).
 func actAsDeploymentController(t *testing.T, d *appsv1.Deployment) {
 	t.Helper()
-	eventually(t, 10*time.Second, "the Deployment status is set", func() error {
-		current := &appsv1.Deployment{}
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(d), current); err != nil {
-			return err
-		}
-		n := *current.Spec.Replicas
-		current.Status = appsv1.DeploymentStatus{ObservedGeneration: current.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
-		return env.Client.Status().Update(context.Background(), current)
-	})
+	env.ActAsDeploymentController(t, d)
 }
 
-// createReady creates cfg, acts as the Deployment controller for its
-// apiservers and waits until cfg is Ready.
 func createReady(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
 	t.Helper()
-	if err := env.Client.Create(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	actAsDeploymentController(t, waitForDeployment(t, cfg))
-	eventually(t, 20*time.Second, "the object converges to Ready", func() error {
-		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-		if c := conditionOf(got, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-			return fmt.Errorf("Ready is %v", c)
-		}
-		return nil
-	})
+	env.CreateReady(t, cfg)
 }
 
 func argValues(d *appsv1.Deployment, name string) []string {

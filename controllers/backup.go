@@ -27,6 +27,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/backup"
 	"github.com/apiserver-operator/apiserver-operator/controllers/archives"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -378,7 +379,7 @@ func (r *ApiServerBackupReconciler) tenantSecrets(ctx context.Context, cfg *v1al
 		if err != nil {
 			return nil, fmt.Errorf("reading Secret %s/%s: %w", cfg.Namespace, o.Name, err)
 		}
-		if !claimOf(r.Ownership, cfg, s).Own() {
+		if !ownership.Claim(r.Ownership, cfg, s).Own() {
 			return nil, fail(v1alpha1.ReasonNameConflict, "Secret %s is not the tenant's own: it is not backed up as its key material", o.Name)
 		}
 		kept := backup.Secret{Role: strings.TrimPrefix(o.Name, cfg.Name+"-"), Type: string(s.Type), Data: s.Data}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 )
 
@@ -35,28 +36,11 @@ func (e *nameConflict) Error() string {
 		e.kind, e.namespace, e.name, e.holder)
 }
 
-// claimOf says whose obj is for cfg: a Secret or the Deployment only with
-// the operator's proof (apiserver.Ownership.Claim), but for what a release
-// before proofs wrote, until the tenant's objects are all proven
-// (status.objectsProven).
-func claimOf(o *apiserver.Ownership, cfg *v1alpha1.ApiServerConfig, obj metav1.Object) apiserver.Claim {
-	legacy := !cfg.Status.ObjectsProven
-	if legacy && o != nil && !cfg.CreationTimestamp.Time.Before(o.Since()) {
-		// A tenant newer than the key had nothing written before it but
-		// what Retain kept for its name: a Secret of no controller, marked
-		// retained. A Deployment, or an object controlled by it, was
-		// written with a proof.
-		_, isSecret := obj.(*corev1.Secret)
-		legacy = isSecret && metav1.GetControllerOfNoCopy(obj) == nil && obj.GetLabels()[apiserver.RetainedDataLabel] != ""
-	}
-	return o.Claim(cfg.Name, cfg.UID, obj, legacy)
-}
-
 // claim checks that obj, as the cluster holds it, is cfg's own: a
 // *nameConflict when it is someone else's, an error to retry when an
 // earlier ApiServerConfig of the same name still holds it.
 func (r *ApiServerConfigReconciler) claim(cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
-	c := claimOf(r.Ownership, cfg, obj)
+	c := ownership.Claim(r.Ownership, cfg, obj)
 	if c.Own() {
 		return nil
 	}

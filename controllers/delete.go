@@ -22,6 +22,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
@@ -94,7 +95,7 @@ func (r *ApiServerConfigReconciler) storedData(ctx context.Context, cfg *v1alpha
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, d); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	if !claimOf(r.Ownership, cfg, d).Own() {
+	if !ownership.Claim(r.Ownership, cfg, d).Own() {
 		return false, nil
 	}
 	before := cfg.DeepCopy()
@@ -292,7 +293,7 @@ func (r *ApiServerConfigReconciler) orphan(ctx context.Context, cfg *v1alpha1.Ap
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if !claimOf(r.Ownership, cfg, obj).Own() {
+	if !ownership.Claim(r.Ownership, cfg, obj).Own() {
 		return nil
 	}
 	refs := obj.GetOwnerReferences()

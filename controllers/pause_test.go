@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,31 +45,9 @@ func printed(t *testing.T, cfg *v1alpha1.ApiServerConfig) map[string]string {
 	return printedRow(t, "apiserverconfigs", cfg)
 }
 
-// printedRow is the row `kubectl get <resource> -o wide` prints for obj,
-// of the operator's group: each column's cell by the column's name, as the
-// API server computes them from the CRD's printer columns.
 func printedRow(t *testing.T, resource string, obj client.Object) map[string]string {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table metav1.Table
-	err = cs.CoreV1().RESTClient().Get().AbsPath("/apis", v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version, "namespaces", obj.GetNamespace(), resource, obj.GetName()).
-		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(context.Background()).Into(&table)
-	if err != nil {
-		t.Fatalf("reading the printed columns of %s %s: %v", resource, obj.GetName(), err)
-	}
-	if len(table.Rows) != 1 {
-		t.Fatalf("%d rows printed for %s %s", len(table.Rows), resource, obj.GetName())
-	}
-	row := map[string]string{}
-	for i, c := range table.ColumnDefinitions {
-		if i < len(table.Rows[0].Cells) && table.Rows[0].Cells[i] != nil {
-			row[c.Name] = fmt.Sprint(table.Rows[0].Cells[i])
-		}
-	}
-	return row
+	return env.PrintedRow(t, resource, obj)
 }
 
 func resume(t *testing.T, cfg *v1alpha1.ApiServerConfig) {

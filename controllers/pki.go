@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -397,7 +396,7 @@ func (r *ApiServerConfigReconciler) adminKeyPair(ctx context.Context, owner *v1a
 		if err := (ownSecrets{r, owner}).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, name, err)
 		}
-		existing = adminFromKubeconfig(s.Data[apiserver.KubeconfigKey])
+		existing = pki.KubeconfigKeyPair(s.Data[apiserver.KubeconfigKey])
 		r.operatorCredentials.forget(key)
 	} else {
 		existing = r.operatorCredentials.get(key)
@@ -454,22 +453,4 @@ func (o *operatorCredentials) forget(key types.NamespacedName) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.byID, key)
-}
-
-// adminFromKubeconfig extracts the client certificate of a kubeconfig
-// written by pki.AdminKubeconfig; nil when there is none.
-func adminFromKubeconfig(data []byte) *pki.KeyPair {
-	if len(data) == 0 {
-		return nil
-	}
-	cfg, err := clientcmd.Load(data)
-	if err != nil {
-		return nil
-	}
-	for _, auth := range cfg.AuthInfos {
-		if kp, err := pki.ParseKeyPair(auth.ClientCertificateData, auth.ClientKeyData); err == nil {
-			return kp
-		}
-	}
-	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/backup"
 	"github.com/apiserver-operator/apiserver-operator/controllers/archives"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -369,7 +370,7 @@ func (r *ApiServerConfigReconciler) restoreSecret(ctx context.Context, p *pass, 
 	case err != nil:
 		return nil, fmt.Errorf("restoring Secret %s: %w", name, err)
 	default:
-		if c := claimOf(r.Ownership, p.cfg, existing); !c.Own() {
+		if c := ownership.Claim(r.Ownership, p.cfg, existing); !c.Own() {
 			return nil, &nameConflict{kind: "Secret", namespace: p.cfg.Namespace, name: name, holder: c.Holder}
 		}
 	}

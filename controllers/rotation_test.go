@@ -24,6 +24,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
+	"github.com/apiserver-operator/apiserver-operator/controllers/controllertest"
 )
 
 func rotationPhase(t *testing.T, cfg *v1alpha1.ApiServerConfig, name string) string {
@@ -358,7 +359,7 @@ func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *t
 
 	credential := func(name string, want string) *x509.Certificate {
 		t.Helper()
-		acr := credentialRequest(ns, name, "revoked", "ops", 3600, "ops")
+		acr := controllertest.CredentialRequest(ns, name, "revoked", "ops", 3600, "ops")
 		// Created once: a second call waits for another answer.
 		if err := env.Client.Create(ctx, acr); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -366,7 +367,7 @@ func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *t
 		var cert *x509.Certificate
 		eventually(t, 60*time.Second, "request "+name+" is "+want, func() error {
 			got := get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
-			if c := readyOf(got); c == nil || c.Reason != want {
+			if c := controllertest.RequestReady(got); c == nil || c.Reason != want {
 				actAsDeploymentController(t, d)
 				return fmt.Errorf("Ready is %v", c)
 			}
@@ -374,7 +375,7 @@ func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *t
 				return nil
 			}
 			s := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: got.Status.SecretName}})
-			kp := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey])
+			kp := pki.KubeconfigKeyPair(s.Data[apiserver.KubeconfigKey])
 			if kp == nil {
 				return fmt.Errorf("Secret %s holds no credential", s.Name)
 			}
@@ -398,7 +399,7 @@ func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *t
 
 	annotate(t, cfg, v1alpha1.RevokeCAAnnotation, "leak-1")
 	credential("during", v1alpha1.ReasonTenantNotServing)
-	if c := readyOf(get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "during"}})); !strings.Contains(c.Message, "being revoked") {
+	if c := controllertest.RequestReady(get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "during"}})); !strings.Contains(c.Message, "being revoked") {
 		t.Errorf("a request during the revocation waits with %q", c.Message)
 	}
 	// The ordinary rotation's overlap ends, then the revocation's own
@@ -425,7 +426,7 @@ func TestApiServerConfigReconciler_RevokingTheCAEndsEveryCredentialItSigned(t *t
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.AdminKubeconfigSecretName("revoked")}, s); err != nil {
 			return err
 		}
-		kp := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey])
+		kp := pki.KubeconfigKeyPair(s.Data[apiserver.KubeconfigKey])
 		if kp == nil {
 			return fmt.Errorf("no admin certificate")
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 )
 
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
@@ -78,7 +79,7 @@ func (r *ApiServerConfigReconciler) proveLeftovers(ctx context.Context, cfg *v1a
 			}
 			return fmt.Errorf("reading Secret %s/%s to prove it: %w", cfg.Namespace, o.Name, err)
 		}
-		if r.Ownership.Proven(cfg.Name, cfg.UID, s) || !claimOf(r.Ownership, cfg, s).Own() {
+		if r.Ownership.Proven(cfg.Name, cfg.UID, s) || !ownership.Claim(r.Ownership, cfg, s).Own() {
 			continue // proven already, or not the tenant's: left as it is
 		}
 		patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -84,3 +84,21 @@ func Credential(ca *KeyPair, clusterName, serverURL string, caBundlePEM []byte, 
 	}
 	return kubeconfig, kp.Cert(), nil
 }
+
+// KubeconfigKeyPair extracts the client certificate of a kubeconfig written
+// by AdminKubeconfig or Credential; nil when there is none.
+func KubeconfigKeyPair(data []byte) *KeyPair {
+	if len(data) == 0 {
+		return nil
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return nil
+	}
+	for _, auth := range cfg.AuthInfos {
+		if kp, err := ParseKeyPair(auth.ClientCertificateData, auth.ClientKeyData); err == nil {
+			return kp
+		}
+	}
+	return nil
+}

@@ -13,7 +13,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
-	"github.com/apiserver-operator/apiserver-operator/controllers"
+	"github.com/apiserver-operator/apiserver-operator/controllers/managercache"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 )
@@ -48,7 +48,7 @@ func run(m *testing.M) (int, error) {
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, WebhookServer: env.WebhookServer(),
 		// The cache as the manager has it: the operator's own objects only.
-		Cache: controllers.CacheOptions("", nil),
+		Cache: managercache.CacheOptions("", nil),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("creating the manager: %w", err)

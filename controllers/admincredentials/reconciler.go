@@ -1,4 +1,4 @@
-package controllers
+package admincredentials
 
 import (
 	"context"
@@ -26,6 +26,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 )
 
 // +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=admincredentialrequests,verbs=get;list;watch
@@ -46,11 +47,11 @@ const AdminCredentialRequestLabel = "controlplane.apiserver-operator.dev/admin-c
 // that wait for it.
 const requestTenantIndex = ".spec.apiServerConfigName"
 
-// AdminCredentialRequestReconciler answers AdminCredentialRequests: once,
+// Reconciler answers AdminCredentialRequests: once,
 // with a client certificate of the tenant's CA for the user and groups
 // they name, valid for expirationSeconds, in a kubeconfig Secret the
 // request owns; it deletes that Secret when the credential expires.
-type AdminCredentialRequestReconciler struct {
+type Reconciler struct {
 	// Client reads the requests, the tenants and the operator's own
 	// Secrets from the cache, and writes.
 	Client client.Client
@@ -125,7 +126,7 @@ func (b *namespaceBudgets) take(namespace string, r CredentialRate, now time.Tim
 
 // SetupWithManager registers the controller: requests, their Secrets, and
 // the tenants they wait for.
-func (r *AdminCredentialRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
@@ -147,7 +148,7 @@ func (r *AdminCredentialRequestReconciler) SetupWithManager(mgr ctrl.Manager) er
 
 // waitingFor lists the requests of a tenant that have not been answered:
 // those answered wake by their own timer.
-func (r *AdminCredentialRequestReconciler) waitingFor(ctx context.Context, o client.Object) []ctrl.Request {
+func (r *Reconciler) waitingFor(ctx context.Context, o client.Object) []ctrl.Request {
 	list := &v1alpha1.AdminCredentialRequestList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{requestTenantIndex: o.GetName()}); err != nil {
 		return nil
@@ -163,7 +164,7 @@ func (r *AdminCredentialRequestReconciler) waitingFor(ctx context.Context, o cli
 
 // Reconcile answers a request once, and ends the credential's Secret when
 // the credential expires.
-func (r *AdminCredentialRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	acr := &v1alpha1.AdminCredentialRequest{}
 	if err := r.Client.Get(ctx, req.NamespacedName, acr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -191,7 +192,7 @@ func credentialProofName(acr *v1alpha1.AdminCredentialRequest) string {
 
 // issue answers a request: with the Secret an earlier pass created (its
 // status update lost), or with a new credential.
-func (r *AdminCredentialRequestReconciler) issue(ctx context.Context, acr *v1alpha1.AdminCredentialRequest, now time.Time) (ctrl.Result, error) {
+func (r *Reconciler) issue(ctx context.Context, acr *v1alpha1.AdminCredentialRequest, now time.Time) (ctrl.Result, error) {
 	name := AdminCredentialSecretName(acr.Name)
 	existing := &corev1.Secret{}
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: acr.Namespace, Name: name}, existing); {
@@ -200,7 +201,7 @@ func (r *AdminCredentialRequestReconciler) issue(ctx context.Context, acr *v1alp
 			return ctrl.Result{RequeueAfter: time.Minute}, r.refuse(ctx, acr, v1alpha1.ReasonSecretNameTaken,
 				fmt.Sprintf("Secret %s/%s exists and is not this request's: delete or rename it, or create the request under another name", acr.Namespace, name))
 		}
-		kp := adminFromKubeconfig(existing.Data[apiserver.KubeconfigKey])
+		kp := pki.KubeconfigKeyPair(existing.Data[apiserver.KubeconfigKey])
 		if kp == nil {
 			return ctrl.Result{}, fmt.Errorf("reading the credential of Secret %s/%s: it holds no client certificate; delete the request and create another", acr.Namespace, name)
 		}
@@ -285,7 +286,7 @@ func (r *AdminCredentialRequestReconciler) issue(ctx context.Context, acr *v1alp
 // the bundle its clients trust; why says what the tenant lacks when it
 // has neither yet. Only the tenant's own Secrets are taken: a Secret of
 // the CA's name that is not the tenant's signs nothing.
-func (r *AdminCredentialRequestReconciler) tenantSigner(ctx context.Context, tenant *v1alpha1.ApiServerConfig) (*pki.KeyPair, []byte, string, error) {
+func (r *Reconciler) tenantSigner(ctx context.Context, tenant *v1alpha1.ApiServerConfig) (*pki.KeyPair, []byte, string, error) {
 	if tenant.Status.Endpoint == "" {
 		return nil, nil, fmt.Sprintf("ApiServerConfig %s has no endpoint yet", tenant.Name), nil
 	}
@@ -297,7 +298,7 @@ func (r *AdminCredentialRequestReconciler) tenantSigner(ctx context.Context, ten
 		}
 		return nil, nil, "", fmt.Errorf("reading Secret %s/%s: %w", tenant.Namespace, name, err)
 	}
-	if !claimOf(r.Ownership, tenant, own).Own() {
+	if !ownership.Claim(r.Ownership, tenant, own).Own() {
 		return nil, nil, fmt.Sprintf("Secret %s/%s is not ApiServerConfig %s's CA", tenant.Namespace, name, tenant.Name), nil
 	}
 	if revoke := tenant.Annotations[v1alpha1.RevokeCAAnnotation]; revoke != "" && tenant.Spec.Certificates.CASecretName == "" {
@@ -333,7 +334,7 @@ func (r *AdminCredentialRequestReconciler) tenantSigner(ctx context.Context, ten
 }
 
 // issued records the answer and comes back when the credential expires.
-func (r *AdminCredentialRequestReconciler) issued(ctx context.Context, acr *v1alpha1.AdminCredentialRequest, cert *x509.Certificate, now time.Time) (ctrl.Result, error) {
+func (r *Reconciler) issued(ctx context.Context, acr *v1alpha1.AdminCredentialRequest, cert *x509.Certificate, now time.Time) (ctrl.Result, error) {
 	notAfter := cert.NotAfter
 	acr.Status.SecretName = AdminCredentialSecretName(acr.Name)
 	acr.Status.ExpirationTimestamp = &metav1.Time{Time: notAfter.UTC()}
@@ -349,7 +350,7 @@ func (r *AdminCredentialRequestReconciler) issued(ctx context.Context, acr *v1al
 }
 
 // expire deletes the Secret of a credential that expired, and says so.
-func (r *AdminCredentialRequestReconciler) expire(ctx context.Context, acr *v1alpha1.AdminCredentialRequest) error {
+func (r *Reconciler) expire(ctx context.Context, acr *v1alpha1.AdminCredentialRequest) error {
 	if c := meta.FindStatusCondition(acr.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == v1alpha1.ReasonCredentialExpired && acr.Status.SecretName == "" {
 		return nil
 	}
@@ -375,7 +376,7 @@ func (r *AdminCredentialRequestReconciler) expire(ctx context.Context, acr *v1al
 }
 
 // refuse says why the request is not answered yet.
-func (r *AdminCredentialRequestReconciler) refuse(ctx context.Context, acr *v1alpha1.AdminCredentialRequest, reason, message string) error {
+func (r *Reconciler) refuse(ctx context.Context, acr *v1alpha1.AdminCredentialRequest, reason, message string) error {
 	if c := meta.FindStatusCondition(acr.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == reason && c.Message == message {
 		return nil
 	}

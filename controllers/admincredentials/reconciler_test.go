@@ -1,10 +1,9 @@
-package controllers
+package admincredentials
 
 import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
@@ -26,24 +24,13 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/controllers/controllertest"
 )
-
-// credentialRequest is an AdminCredentialRequest for user in groups.
-func credentialRequest(ns, name, tenantName, user string, seconds int32, groups ...string) *v1alpha1.AdminCredentialRequest {
-	return &v1alpha1.AdminCredentialRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       v1alpha1.AdminCredentialRequestSpec{ApiServerConfigName: tenantName, User: user, Groups: groups, ExpirationSeconds: seconds},
-	}
-}
-
-func readyOf(acr *v1alpha1.AdminCredentialRequest) *metav1.Condition {
-	return meta.FindStatusCondition(acr.Status.Conditions, v1alpha1.ConditionReady)
-}
 
 // printedRequest is the row `kubectl get acr -o wide` prints for acr.
 func printedRequest(t *testing.T, acr *v1alpha1.AdminCredentialRequest) map[string]string {
 	t.Helper()
-	return printedRow(t, "admincredentialrequests", acr)
+	return env.PrintedRow(t, "admincredentialrequests", acr)
 }
 
 // TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry: a request waits
@@ -55,29 +42,29 @@ func printedRequest(t *testing.T, acr *v1alpha1.AdminCredentialRequest) map[stri
 // neither overwritten nor handed out.
 func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
-	acr := credentialRequest(ns, "alice-oncall", "creds", "alice", 600, "platform:admins", "oncall")
+	ns := env.Namespace(t, nil)
+	acr := controllertest.CredentialRequest(ns, "alice-oncall", "creds", "alice", 600, "platform:admins", "oncall")
 	if err := env.Client.Create(ctx, acr); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "a request for a tenant that does not exist waits", func() error {
-		got := get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
-		if c := readyOf(got); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonTenantNotFound || !strings.Contains(c.Message, "no ApiServerConfig creds") {
+	controllertest.Eventually(t, 20*time.Second, "a request for a tenant that does not exist waits", func() error {
+		got := controllertest.Get(t, env.Client, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
+		if c := controllertest.RequestReady(got); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonTenantNotFound || !strings.Contains(c.Message, "no ApiServerConfig creds") {
 			return fmt.Errorf("Ready is %v", c)
 		}
 		return nil
 	})
 
-	cfg := tenant(ns, "creds", func(s *v1alpha1.ApiServerConfigSpec) {
+	cfg := env.Tenant(ns, "creds", func(s *v1alpha1.ApiServerConfigSpec) {
 		s.AdminCredentials.KubeconfigSecret = v1alpha1.AdminKubeconfigSecretDisabled
 	})
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	var got *v1alpha1.AdminCredentialRequest
-	eventually(t, 30*time.Second, "the request is answered once the tenant serves", func() error {
-		got = get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
-		if c := readyOf(got); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonCredentialIssued {
+	controllertest.Eventually(t, 30*time.Second, "the request is answered once the tenant serves", func() error {
+		got = controllertest.Get(t, env.Client, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
+		if c := controllertest.RequestReady(got); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonCredentialIssued {
 			return fmt.Errorf("Ready is %v", c)
 		}
 		return nil
@@ -93,8 +80,8 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	// The kubeconfig: the tenant's endpoint, its CA bundle, and a client
 	// certificate of the tenant's CA for alice in her groups that ends
 	// when status says.
-	tenantNow := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-	secret := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: got.Status.SecretName}})
+	tenantNow := controllertest.Get(t, env.Client, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
+	secret := controllertest.Get(t, env.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: got.Status.SecretName}})
 	if !metav1.IsControlledBy(secret, got) {
 		t.Errorf("the credential's Secret is owned by %v, not the request", secret.OwnerReferences)
 	}
@@ -121,7 +108,7 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	if !cert.NotAfter.Equal(got.Status.ExpirationTimestamp.Time) || cert.SerialNumber.Text(16) != got.Status.SerialNumber {
 		t.Errorf("the certificate ends at %s with serial %s; status says %s and %s", cert.NotAfter, cert.SerialNumber.Text(16), got.Status.ExpirationTimestamp, got.Status.SerialNumber)
 	}
-	caSecret := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName("creds")}})
+	caSecret := controllertest.Get(t, env.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.CASecretName("creds")}})
 	roots := x509.NewCertPool()
 	cas, err := certutil.ParseCertsPEM(caSecret.Data[apiserver.CABundleKey])
 	if err != nil {
@@ -145,7 +132,7 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 			t.Errorf("column %s prints %q, want %q (row %v)", col, row[col], want, row)
 		}
 	}
-	eventually(t, 20*time.Second, "an event on the tenant says who got what", func() error {
+	controllertest.Eventually(t, 20*time.Second, "an event on the tenant says who got what", func() error {
 		events := &eventsv1.EventList{}
 		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
 			return err
@@ -167,7 +154,7 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	}
 
 	// At expiry (a reconciler whose clock is past it), the Secret goes.
-	expired := &AdminCredentialRequestReconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
+	expired := &Reconciler{Ownership: env.Ownership, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
 		Clock: clocktesting.NewFakePassiveClock(got.Status.ExpirationTimestamp.Add(time.Second))}
 	if _, err := expired.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(got)}); err != nil {
 		t.Fatal(err)
@@ -175,8 +162,8 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the Secret of an expired credential is still there: %v", err)
 	}
-	got = get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
-	if c := readyOf(got); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonCredentialExpired || got.Status.SecretName != "" || got.Status.ExpirationTimestamp == nil {
+	got = controllertest.Get(t, env.Client, &v1alpha1.AdminCredentialRequest{ObjectMeta: acr.ObjectMeta})
+	if c := controllertest.RequestReady(got); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonCredentialExpired || got.Status.SecretName != "" || got.Status.ExpirationTimestamp == nil {
 		t.Errorf("after expiry, Ready is %v and status %+v", c, got.Status)
 	}
 	if row := printedRequest(t, got); row["Ready"] != "False" || row["Reason"] != "Expired" || row["Secret"] != "" {
@@ -189,34 +176,34 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	if err := env.Client.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	bob := credentialRequest(ns, "bob", "creds", "bob", 600)
+	bob := controllertest.CredentialRequest(ns, "bob", "creds", "bob", 600)
 	if err := env.Client.Create(ctx, bob); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "a request whose Secret name is taken says so", func() error {
-		got := get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: bob.ObjectMeta})
-		if c := readyOf(got); c == nil || c.Reason != v1alpha1.ReasonSecretNameTaken || got.Status.ExpirationTimestamp != nil {
+	controllertest.Eventually(t, 20*time.Second, "a request whose Secret name is taken says so", func() error {
+		got := controllertest.Get(t, env.Client, &v1alpha1.AdminCredentialRequest{ObjectMeta: bob.ObjectMeta})
+		if c := controllertest.RequestReady(got); c == nil || c.Reason != v1alpha1.ReasonSecretNameTaken || got.Status.ExpirationTimestamp != nil {
 			return fmt.Errorf("Ready is %v, status %+v", c, got.Status)
 		}
 		return nil
 	})
-	if s := get(t, foreign); string(s.Data["value"]) != "not yours" || len(s.OwnerReferences) != 0 {
+	if s := controllertest.Get(t, env.Client, foreign); string(s.Data["value"]) != "not yours" || len(s.OwnerReferences) != 0 {
 		t.Errorf("the foreign Secret was changed: %v, owners %v", s.Data, s.OwnerReferences)
 	}
 
 	// A credential planted with the request's owner reference (its uid is
 	// readable) while the request waits is never handed out as its answer.
-	carol := credentialRequest(ns, "carol", "not-yet", "carol", 600)
+	carol := controllertest.CredentialRequest(ns, "carol", "not-yet", "carol", 600)
 	if err := env.Client.Create(ctx, carol); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the request waits for its tenant", func() error {
-		if c := readyOf(get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: carol.ObjectMeta})); c == nil || c.Reason != v1alpha1.ReasonTenantNotFound {
+	controllertest.Eventually(t, 20*time.Second, "the request waits for its tenant", func() error {
+		if c := controllertest.RequestReady(controllertest.Get(t, env.Client, &v1alpha1.AdminCredentialRequest{ObjectMeta: carol.ObjectMeta})); c == nil || c.Reason != v1alpha1.ReasonTenantNotFound {
 			return fmt.Errorf("Ready is %v", c)
 		}
 		return nil
 	})
-	carol = get(t, carol)
+	carol = controllertest.Get(t, env.Client, carol)
 	theirs, err := pki.NewSelfSignedCA("theirs", v1alpha1.KeyAlgorithm("ECDSAP256"), time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -235,126 +222,13 @@ func TestAdminCredentialRequest_AnsweredOnceAndEndedAtExpiry(t *testing.T) {
 	if err := env.Client.Create(ctx, planted); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the request says the planted Secret is not its own", func() error {
-		got := get(t, &v1alpha1.AdminCredentialRequest{ObjectMeta: carol.ObjectMeta})
-		if c := readyOf(got); c == nil || c.Reason != v1alpha1.ReasonSecretNameTaken || got.Status.ExpirationTimestamp != nil || got.Status.SecretName != "" {
+	controllertest.Eventually(t, 20*time.Second, "the request says the planted Secret is not its own", func() error {
+		got := controllertest.Get(t, env.Client, &v1alpha1.AdminCredentialRequest{ObjectMeta: carol.ObjectMeta})
+		if c := controllertest.RequestReady(got); c == nil || c.Reason != v1alpha1.ReasonSecretNameTaken || got.Status.ExpirationTimestamp != nil || got.Status.SecretName != "" {
 			return fmt.Errorf("Ready is %v, status %+v", c, got.Status)
 		}
 		return nil
 	})
-}
-
-// TestApiServerConfigReconciler_AdminKubeconfigIsShortLivedAndCanBeTurnedOff:
-// the admin kubeconfig's certificate lives spec.adminCredentials.lifetime
-// (8h by default), one that would outlive a shortened lifetime is issued
-// again, and with kubeconfigSecret Disabled the Secret goes while the
-// operator keeps a credential of its own (status still tracks it).
-func TestApiServerConfigReconciler_AdminKubeconfigIsShortLivedAndCanBeTurnedOff(t *testing.T) {
-	ctx := context.Background()
-	ns := namespace(t, nil)
-	cfg := tenant(ns, "shortlived", nil)
-	if err := env.Client.Create(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	adminCert := func() (*x509.Certificate, error) {
-		s := &corev1.Secret{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.AdminKubeconfigSecretName("shortlived")}, s); err != nil {
-			return nil, err
-		}
-		kp := adminFromKubeconfig(s.Data[apiserver.KubeconfigKey])
-		if kp == nil {
-			return nil, fmt.Errorf("Secret %s holds no admin certificate", s.Name)
-		}
-		return kp.Cert(), nil
-	}
-	lifetimeIs := func(want time.Duration) func() error {
-		return func() error {
-			cert, err := adminCert()
-			if err != nil {
-				return err
-			}
-			// Certificates keep whole seconds.
-			if got := cert.NotAfter.Sub(cert.NotBefore) - pki.ClockSkew; got < want-time.Second || got > want+time.Second {
-				return fmt.Errorf("the admin certificate lives %s, want %s", got, want)
-			}
-			if !slices.Equal(cert.Subject.Organization, []string{pki.SystemMastersGroup}) {
-				return fmt.Errorf("the admin certificate is in %v", cert.Subject.Organization)
-			}
-			got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-			for _, c := range got.Status.Certificates {
-				if c.Name == "admin" && c.NotAfter.Time.Equal(cert.NotAfter.UTC().Truncate(time.Second)) && got.Status.AdminKubeconfigSecretName == apiserver.AdminKubeconfigSecretName("shortlived") {
-					return nil
-				}
-			}
-			return fmt.Errorf("status does not report the admin certificate ending %s: %+v", cert.NotAfter, got.Status.Certificates)
-		}
-	}
-	eventually(t, 30*time.Second, "the admin kubeconfig lives 8h by default", lifetimeIs(8*time.Hour))
-
-	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) {
-		s.AdminCredentials.Lifetime = &metav1.Duration{Duration: 45 * time.Minute}
-	})
-	eventually(t, 30*time.Second, "a shortened lifetime issues the admin certificate again", lifetimeIs(45*time.Minute))
-
-	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) {
-		s.AdminCredentials.KubeconfigSecret = v1alpha1.AdminKubeconfigSecretDisabled
-	})
-	eventually(t, 30*time.Second, "Disabled deletes the admin kubeconfig", func() error {
-		if _, err := adminCert(); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the admin kubeconfig Secret: %w", err)
-		}
-		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-		if got.Status.AdminKubeconfigSecretName != "" || got.Status.ObservedGeneration != got.Generation {
-			return fmt.Errorf("status names %q (generation %d of %d)", got.Status.AdminKubeconfigSecretName, got.Status.ObservedGeneration, got.Generation)
-		}
-		if !slices.ContainsFunc(got.Status.Certificates, func(c v1alpha1.CertificateStatus) bool { return c.Name == "admin" }) {
-			return fmt.Errorf("status no longer tracks the operator's own admin certificate: %+v", got.Status.Certificates)
-		}
-		return nil
-	})
-
-	updateTenant(t, cfg, func(s *v1alpha1.ApiServerConfigSpec) {
-		s.AdminCredentials.KubeconfigSecret = v1alpha1.AdminKubeconfigSecretEnabled
-	})
-	eventually(t, 30*time.Second, "Enabled publishes it again", lifetimeIs(45*time.Minute))
-}
-
-// TestDeploymentInputs_LeaveTheAdminCredentialsOut: what a pod reads does
-// not change with spec.adminCredentials, so the hash of what the tenant
-// decides does not either: an operator template held for a maintenance
-// window is not taken as the tenant's change when the operator's upgrade
-// brings the field's defaults into every stored spec. A spec without the
-// field writes no adminCredentials key (the JSON of specs of before).
-func TestDeploymentInputs_LeaveTheAdminCredentialsOut(t *testing.T) {
-	cfg := tenant("inputs", "inputs", nil)
-	c, err := apiserver.Complete(cfg, apiserver.Inputs{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pass{cfg: cfg, c: c, refs: &referenced{}, desired: &apiserver.Objects{ConfigMap: &corev1.ConfigMap{}}}
-	before, err := p.deploymentInputs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Spec.AdminCredentials = v1alpha1.AdminCredentialsSpec{Lifetime: &metav1.Duration{Duration: 8 * time.Hour}, KubeconfigSecret: v1alpha1.AdminKubeconfigSecretDisabled}
-	after, err := p.deploymentInputs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after != before {
-		t.Errorf("spec.adminCredentials changes the tenant's inputs hash from %s to %s", before, after)
-	}
-	cfg.Spec.Profiling = ptr.To(true)
-	if changed, _ := p.deploymentInputs(); changed == before {
-		t.Error("the inputs hash does not follow the spec at all")
-	}
-	data, err := json.Marshal(v1alpha1.ApiServerConfigSpec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(data), "adminCredentials") {
-		t.Errorf("a spec without adminCredentials writes it: %s", data)
-	}
 }
 
 // A namespace that asks for many credentials gets its burst, then one at

@@ -1,0 +1,30 @@
+package admincredentials
+
+import (
+	"os"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/apiserver-operator/apiserver-operator/controllers"
+	"github.com/apiserver-operator/apiserver-operator/controllers/controllertest"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+)
+
+// env runs the tenant reconciler, whose tenants the requests name, and
+// the reconciler under test.
+var env *controllertest.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(controllertest.Run(m, "admin credential requests", func(e *controllertest.Env, mgr manager.Manager) error {
+		env = e
+		tenants := &controllers.ApiServerConfigReconciler{Ownership: e.Ownership, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+			Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, TenantIndex: e.TenantIndex}
+		if err := tenants.SetupWithManager(mgr); err != nil {
+			return err
+		}
+		credentials := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+			Recorder: mgr.GetEventRecorder("apiserver-operator"), Ownership: e.Ownership}
+		return credentials.SetupWithManager(mgr)
+	}))
+}
