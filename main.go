@@ -44,6 +44,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
 	"github.com/apiserver-operator/apiserver-operator/controllers/admincredentials"
+	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/managercache"
 	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
@@ -203,8 +204,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.BoolVar(&o.deletionConfirmation, "require-deletion-confirmation", false,
 		"Refuse the deletion of any ApiServerConfig whose deletion deletes its data (deletionPolicy Delete, a tenant that stored data) until it carries the annotation "+controlplanev1alpha1.ConfirmDeletionAnnotation+"=true, as the annotation "+controlplanev1alpha1.DeletionProtectionAnnotation+"=true does for one tenant. A namespace's deletion waits for it too.")
 	fs.StringVar(&o.datastoreNamespace, "etcd-datastore-namespace", "",
-		"Namespace of the platform's etcd datastores: Secrets labelled "+controllers.DatastoreLabel+"=true naming etcd servers run with authentication and their client CA, on which each tenant gets an etcd user limited to its prefix. Empty is the operator's own namespace ($POD_NAMESPACE).")
-	fs.DurationVar(&o.datastoreReload, "etcd-datastore-reload", controllers.DefaultDatastoreReload,
+		"Namespace of the platform's etcd datastores: Secrets labelled "+datastores.Label+"=true naming etcd servers run with authentication and their client CA, on which each tenant gets an etcd user limited to its prefix. Empty is the operator's own namespace ($POD_NAMESPACE).")
+	fs.DurationVar(&o.datastoreReload, "etcd-datastore-reload", datastores.DefaultReload,
 		"How long the etcd datastores read last are used before they are listed again: a new or changed datastore is taken up within it.")
 	fs.StringVar(&o.ownershipKey, "ownership-key-secret", "",
 		"Secret, as <namespace>/<name>, of the key with which the controllers prove that they wrote a tenant's Secrets and Deployment (made at the first start; back it up with the platform's Secrets). Default: "+ownership.DefaultSecretName+" in the manager's namespace ($POD_NAMESPACE).")
@@ -434,9 +435,9 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err := mgr.Add(tenants); err != nil {
 		return fmt.Errorf("adding the index of every ApiServerConfig: %w", err)
 	}
-	var datastores *controllers.Datastores
+	var stores *datastores.Registry
 	if ns := cmp.Or(o.datastoreNamespace, os.Getenv("POD_NAMESPACE")); ns != "" {
-		datastores = controllers.NewDatastores(mgr.GetAPIReader(), ns, o.datastoreReload)
+		stores = datastores.New(mgr.GetAPIReader(), ns, o.datastoreReload)
 	}
 	reconciler := &controllers.ApiServerConfigReconciler{
 		Client:                    mgr.GetClient(),
@@ -462,7 +463,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		BackupDir:                 o.backupDir,
 		BackupS3Endpoints:         o.backupS3Endpoints,
 		BackupTimeout:             o.backupTimeout,
-		Datastores:                datastores,
+		Datastores:                stores,
 	}
 	if o.controllers {
 		if err := reconciler.SetupWithManager(mgr); err != nil {
@@ -471,7 +472,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		backups := &controllers.ApiServerBackupReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, Dir: o.backupDir,
-			Datastores: datastores, Ownership: owners, S3Endpoints: o.backupS3Endpoints, Timeout: o.backupTimeout,
+			Datastores: stores, Ownership: owners, S3Endpoints: o.backupS3Endpoints, Timeout: o.backupTimeout,
 			MaxBytes: o.backupMaxBytes, Workers: o.backupWorkers,
 		}
 		if err := backups.SetupWithManager(mgr); err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/managercache"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
@@ -152,9 +153,9 @@ type ApiServerConfigReconciler struct {
 	// restores run off the reconcile workers (restoreJobs).
 	restores     *restoreJobs
 	restoresOnce sync.Once
-	// Datastores are the platform's etcd datastores (DatastoreLabel); nil
+	// Datastores are the platform's etcd datastores (datastores.Label); nil
 	// knows none.
-	Datastores *Datastores
+	Datastores *datastores.Registry
 
 	// removedAPIs counts, per tenant, the calls that hold its upgrade.
 	removedAPIs removedAPIWatch

@@ -27,6 +27,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/backup"
 	"github.com/apiserver-operator/apiserver-operator/controllers/archives"
+	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
@@ -77,7 +78,7 @@ type ApiServerBackupReconciler struct {
 	MaxBytes int64
 	// Datastores are the platform's etcd datastores: a backup of a tenant
 	// on one reads as its root.
-	Datastores *Datastores
+	Datastores *datastores.Registry
 	// Workers is how many backups run at once (DefaultBackupWorkers when
 	// zero), one per namespace at most.
 	Workers int
@@ -267,7 +268,7 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 	if err != nil {
 		return 0, fail(v1alpha1.ReasonInvalidSpec, "the tenant's etcd cannot be found from its spec: %v", err)
 	}
-	tlsConfig, err := tenantEtcdTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, r.Clock.Now())
+	tlsConfig, err := datastores.TenantTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, r.Clock.Now())
 	if err != nil {
 		r.setPhase(b, v1alpha1.BackupRunning, v1alpha1.ReasonReferenceMissing, err.Error())
 		return backupRetry, nil

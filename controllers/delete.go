@@ -22,6 +22,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
@@ -224,7 +225,7 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 			"The tenant's data is kept: the keys under %s on its etcd servers are also the data of %s, which deleting them would delete; set spec.deletionPolicy to Retain to let this ApiServerConfig go without its data",
 			prefix, strings.Join(slices.Compact(names), " and ")))
 	}
-	tlsConfig, err := tenantEtcdTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, r.Clock.Now())
+	tlsConfig, err := datastores.TenantTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, r.Clock.Now())
 	if err != nil {
 		if remembered, ok := r.etcdClientTLS.Load(client.ObjectKeyFromObject(cfg)); ok {
 			if kept, isTLS := remembered.(*tls.Config); isTLS {

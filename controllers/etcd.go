@@ -2,17 +2,13 @@ package controllers
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -22,8 +18,8 @@ import (
 func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) error {
 	var err error
 	if ds := p.datastore; ds != nil {
-		p.etcdTLS, p.etcdTLSID = ds.root, ds.rootID
-	} else if p.etcdTLS, p.etcdTLSID, err = etcdTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
+		p.etcdTLS, p.etcdTLSID = ds.Root()
+	} else if p.etcdTLS, p.etcdTLSID, err = datastores.SpecTLS(ctx, p.refs, p.cfg, &p.c.Spec.Etcd); err != nil {
 		return err
 	}
 	// Kept for the deletion of the tenant's data, should the Secret go
@@ -48,36 +44,4 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 		since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonEtcdUnreachable, p.now)}
 	p.requeueWithin(etcdRetryInterval)
 	return nil
-}
-
-// etcdTLS builds the client TLS configuration from spec.etcd.tls's Secret,
-// and the identity of its material (see tlsIdentity); nil and "" without
-// one.
-func etcdTLS(ctx context.Context, reader client.Reader, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec) (*tls.Config, string, error) {
-	if spec.TLS == nil {
-		return nil, "", nil
-	}
-	s := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: cfg.Namespace, Name: spec.TLS.SecretName}, s); err != nil {
-		return nil, "", fmt.Errorf("reading the etcd client Secret %s/%s named by spec.etcd.tls: %w", cfg.Namespace, spec.TLS.SecretName, err)
-	}
-	ca, cert, key := s.Data[spec.TLS.CAKey], s.Data[spec.TLS.CertKey], s.Data[spec.TLS.KeyKey]
-	var missing []error
-	for k, v := range map[string][]byte{spec.TLS.CAKey: ca, spec.TLS.CertKey: cert, spec.TLS.KeyKey: key} {
-		if len(v) == 0 {
-			missing = append(missing, fmt.Errorf("no key %q", k))
-		}
-	}
-	if len(missing) > 0 {
-		return nil, "", fmt.Errorf("the etcd client Secret %s/%s: %w", cfg.Namespace, spec.TLS.SecretName, errors.Join(missing...))
-	}
-	pair, err := tls.X509KeyPair(cert, key)
-	if err != nil {
-		return nil, "", fmt.Errorf("the etcd client Secret %s/%s holds no valid certificate and key: %w", cfg.Namespace, spec.TLS.SecretName, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, "", fmt.Errorf("the etcd client Secret %s/%s: %s holds no PEM certificate", cfg.Namespace, spec.TLS.SecretName, spec.TLS.CAKey)
-	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, tlsIdentity(ca, cert, key), nil
 }

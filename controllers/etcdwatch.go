@@ -2,9 +2,7 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -242,16 +240,6 @@ func (w *etcdWatch) completedRounds() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.rounds
-}
-
-// tlsIdentity identifies the TLS material a tenant reaches etcd with.
-func tlsIdentity(parts ...[]byte) string {
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write(p)
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // checkProber asks through an tenantio.Etcd's Check, a connection per look.

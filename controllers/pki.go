@@ -19,6 +19,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
+	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 )
 
 // pkiResult is the certificate material to apply and what status reports
@@ -96,7 +97,7 @@ func (r *ApiServerConfigReconciler) reconcilePKI(ctx context.Context, p *pass) e
 // CA that exists is never regenerated: a lost CA breaks every client.
 // A renewal for age alone of a leaf that kube-apiserver reads only at start
 // is skipped when holdRenewal says so.
-func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, refs client.Reader, ds *datastore, now time.Time,
+func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.ApiServerConfig, c *apiserver.Completed, refs client.Reader, ds *datastores.Datastore, now time.Time,
 	holdRenewal func(name string, cert *x509.Certificate) bool) (*pkiResult, error) {
 	certs := c.Spec.Certificates
 	alg := certs.KeyAlgorithm
@@ -164,10 +165,10 @@ func (r *ApiServerConfigReconciler) issuePKI(ctx context.Context, cfg *v1alpha1.
 	// A tenant of a datastore presents its etcd user's certificate, which
 	// the datastore's client CA signs (kube-apiserver reads it at start).
 	if ds != nil && c.EtcdUser != "" {
-		if s.EtcdClient, err = leaf("etcd-user", apiserver.EtcdUserSecretName(cfg.Name), ds.clientCA, etcdUserCertConfig(c.EtcdUser), true); err != nil {
+		if s.EtcdClient, err = leaf("etcd-user", apiserver.EtcdUserSecretName(cfg.Name), ds.ClientCA(), datastores.UserCertConfig(c.EtcdUser), true); err != nil {
 			return nil, err
 		}
-		s.EtcdCA = ds.serverCA
+		s.EtcdCA = ds.ServerCA()
 	}
 
 	// The konnectivity server serves the agents and reviews their tokens

@@ -23,6 +23,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -52,7 +53,7 @@ type pass struct {
 
 	pki *pkiResult
 	// datastore holds the tenant's etcd servers, nil when none does.
-	datastore *datastore
+	datastore *datastores.Datastore
 	// etcdTLS is how the operator reaches etcd (nil without TLS).
 	etcdTLS   *tls.Config
 	etcdTLSID string

@@ -24,7 +24,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
-	"github.com/apiserver-operator/apiserver-operator/controllers"
+	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 )
 
 // The platform declares the local cluster's tenant etcds a datastore (they
@@ -47,7 +47,7 @@ func TestOperator_TenantsOnADatastoreCannotReadEachOthersKeys(t *testing.T) {
 	}
 	cs := clientset(t)
 	ds := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "apiserver-operator-system", Name: "e2e-tenant-etcd", Labels: map[string]string{controllers.DatastoreLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apiserver-operator-system", Name: "e2e-tenant-etcd", Labels: map[string]string{datastores.Label: "true"}},
 		Data: map[string][]byte{
 			"endpoints": []byte(te.MainURL + "\n" + te.EventsURL), "ca.crt": read(te.CAFile),
 			"client-ca.crt": read(te.CAFile), "client-ca.key": read(te.CAKeyFile),

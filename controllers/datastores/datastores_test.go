@@ -1,4 +1,4 @@
-package controllers
+package datastores
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // tenants, not the others.
 func TestDatastores_HoldTheTenantsWhoseServersAreAllTheirs(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
+	ns := namespace(t)
 	ca, err := pki.NewSelfSignedCA("etcd-client-ca", pki.KeyAlgorithmECDSAP256, 48*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -31,8 +31,8 @@ func TestDatastores_HoldTheTenantsWhoseServersAreAllTheirs(t *testing.T) {
 	}
 	create := func(name, endpoints string, data map[string][]byte) {
 		t.Helper()
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{DatastoreLabel: "true"}},
-			Data: map[string][]byte{datastoreEndpointsKey: []byte(endpoints)}}
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{Label: "true"}},
+			Data: map[string][]byte{endpointsKey: []byte(endpoints)}}
 		for k, v := range data {
 			s.Data[k] = v
 		}
@@ -40,17 +40,17 @@ func TestDatastores_HoldTheTenantsWhoseServersAreAllTheirs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	good := map[string][]byte{datastoreCAKey: ca.CertPEM(), datastoreClientCAKey: ca.CertPEM(), datastoreClientKeyKey: key}
+	good := map[string][]byte{caKey: ca.CertPEM(), clientCAKey: ca.CertPEM(), clientKeyKey: key}
 	create("shared", "https://10.0.0.1:2379,\nhttps://etcd.example.com:2379", good)
-	create("broken", "https://10.0.0.7:2379", map[string][]byte{datastoreCAKey: []byte("not PEM")})
+	create("broken", "https://10.0.0.7:2379", map[string][]byte{caKey: []byte("not PEM")})
 	create("no-endpoints", "", good)
 	// Not labelled: not a datastore.
 	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"},
-		Data: map[string][]byte{datastoreEndpointsKey: []byte("https://10.0.0.5:2379")}}); err != nil {
+		Data: map[string][]byte{endpointsKey: []byte("https://10.0.0.5:2379")}}); err != nil {
 		t.Fatal(err)
 	}
 
-	d := NewDatastores(env.Client, ns, time.Minute)
+	d := New(env.Client, ns, time.Minute)
 	spec := func(servers []string, override ...string) *v1alpha1.EtcdSpec {
 		s := &v1alpha1.EtcdSpec{Servers: servers}
 		if len(override) > 0 {
@@ -68,7 +68,7 @@ func TestDatastores_HoldTheTenantsWhoseServersAreAllTheirs(t *testing.T) {
 		{"an override elsewhere", "", "some of spec.etcd's servers", spec([]string{"https://10.0.0.1:2379"}, "https://10.0.0.5:2379")},
 		{"a broken datastore", "", "no PEM certificate", spec([]string{"https://10.0.0.7:2379"})},
 	} {
-		ds, err := d.of(ctx, time.Now(), tc.spec)
+		ds, err := d.Of(ctx, time.Now(), tc.spec)
 		switch {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.err)
@@ -81,7 +81,7 @@ func TestDatastores_HoldTheTenantsWhoseServersAreAllTheirs(t *testing.T) {
 		}
 	}
 	now := time.Now()
-	ds, _ := d.of(ctx, now, spec([]string{"https://10.0.0.1:2379"}))
+	ds, _ := d.Of(ctx, now, spec([]string{"https://10.0.0.1:2379"}))
 	if ds == nil {
 		t.Fatal("no datastore")
 	}
@@ -99,8 +99,8 @@ func TestDatastores_HoldTheTenantsWhoseServersAreAllTheirs(t *testing.T) {
 	}
 	first := rootCert()
 	// Past half its life, the same configuration presents a new one.
-	later := now.Add(datastoreRootValidity/2 + time.Minute)
-	again, _ := d.of(ctx, later, spec([]string{"https://10.0.0.1:2379"}))
+	later := now.Add(rootValidity/2 + time.Minute)
+	again, _ := d.Of(ctx, later, spec([]string{"https://10.0.0.1:2379"}))
 	if again != ds {
 		t.Fatal("the datastore was read anew though its Secret did not change")
 	}
