@@ -44,6 +44,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 	"github.com/apiserver-operator/apiserver-operator/controllers"
 	"github.com/apiserver-operator/apiserver-operator/controllers/admincredentials"
+	"github.com/apiserver-operator/apiserver-operator/controllers/backups"
 	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/managercache"
 	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
@@ -209,7 +210,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"How long the etcd datastores read last are used before they are listed again: a new or changed datastore is taken up within it.")
 	fs.StringVar(&o.ownershipKey, "ownership-key-secret", "",
 		"Secret, as <namespace>/<name>, of the key with which the controllers prove that they wrote a tenant's Secrets and Deployment (made at the first start; back it up with the platform's Secrets). Default: "+ownership.DefaultSecretName+" in the manager's namespace ($POD_NAMESPACE).")
-	fs.DurationVar(&o.backupMinInterval, "backup-schedule-min-interval", controllers.DefaultMinBackupInterval,
+	fs.DurationVar(&o.backupMinInterval, "backup-schedule-min-interval", backups.DefaultMinInterval,
 		"The least time an ApiServerBackupSchedule may leave between two of its backups; a schedule of shorter gaps is refused in its status (backups share --backup-workers).")
 	fs.Func("backup-s3-endpoints",
 		"Comma-separated S3 endpoints that storage.s3 of an ApiServerBackup may name: host:port, or a host with any port. The operator reaches them from its own network position. Default: any endpoint.",
@@ -223,11 +224,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		prefixFlag(&o.tenantEgress.Allowed))
 	fs.Int64Var(&o.readBudget, "tenant-read-budget", tenantio.DefaultReadBudgetBytes,
 		"The most the controllers hold, in bytes, of the answers they are reading from every tenant's API at once: a read past it waits for room, within its deadline. At least one answer's cap (32 MiB).")
-	fs.IntVar(&o.backupWorkers, "backup-workers", controllers.DefaultBackupWorkers,
+	fs.IntVar(&o.backupWorkers, "backup-workers", backups.DefaultWorkers,
 		"How many backups run at once, one per namespace at most: a namespace's backups wait their turn, beside other namespaces'.")
-	fs.DurationVar(&o.backupTimeout, "backup-timeout", controllers.DefaultBackupTimeout,
+	fs.DurationVar(&o.backupTimeout, "backup-timeout", backups.DefaultTimeout,
 		"The longest one backup or one restore may take: a backup that takes longer fails, a restore is held and starts over later.")
-	fs.Int64Var(&o.backupMaxBytes, "backup-max-bytes", controllers.DefaultMaxBackupBytes,
+	fs.Int64Var(&o.backupMaxBytes, "backup-max-bytes", backups.DefaultMaxBytes,
 		"The largest archive one backup may write: a backup whose archive would be larger fails and keeps nothing (the backup volume and buckets are shared by every namespace).")
 	fs.StringVar(&o.backupDir, "backup-dir", "",
 		"The backup volume: where ApiServerBackups with storage.volume keep their archives, as <namespace>/<name>.backup (mount a persistent volume there). Empty refuses storage.volume.")
@@ -469,16 +470,16 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err := reconciler.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerConfig controller: %w", err)
 		}
-		backups := &controllers.ApiServerBackupReconciler{
+		backupReconciler := &backups.Reconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, Dir: o.backupDir,
-			Datastores: stores, Ownership: owners, S3Endpoints: o.backupS3Endpoints, Timeout: o.backupTimeout,
+			EtcdTLS: datastores.Reach(mgr.GetAPIReader(), stores), Ownership: owners, S3Endpoints: o.backupS3Endpoints, Timeout: o.backupTimeout,
 			MaxBytes: o.backupMaxBytes, Workers: o.backupWorkers,
 		}
-		if err := backups.SetupWithManager(mgr); err != nil {
+		if err := backupReconciler.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackup controller: %w", err)
 		}
-		schedules := &controllers.ApiServerBackupScheduleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"),
+		schedules := &backups.ScheduleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"),
 			MinInterval: o.backupMinInterval}
 		if err := schedules.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the ApiServerBackupSchedule controller: %w", err)

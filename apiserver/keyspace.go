@@ -167,3 +167,28 @@ func RetainedKeyspace(annotations map[string]string) (EtcdKeyspace, bool, error)
 	}
 	return k, true, nil
 }
+
+// WhereDataIs is cfg with spec.etcd where its data is: its etcd servers,
+// under the prefix it stored under (status.dataPrefix), which may differ
+// from the spec's when a change of prefix was held.
+func WhereDataIs(cfg *v1alpha1.ApiServerConfig) *v1alpha1.ApiServerConfig {
+	held := cfg.DeepCopy()
+	if cfg.Status.DataPrefix != "" {
+		held.Spec.Etcd.Prefix = cfg.Status.DataPrefix
+	}
+	if recorded := cfg.Status.DataServers; len(recorded) > 0 {
+		// Only the servers the data was proven on (status.dataServers):
+		// those a held move added hold someone else's keys.
+		on := func(servers []string) []string {
+			return slices.DeleteFunc(slices.Clone(servers), func(s string) bool {
+				return len(SetsOn([][]string{{s}}, recorded)) == 0
+			})
+		}
+		held.Spec.Etcd.Servers = on(cfg.Spec.Etcd.Servers)
+		held.Spec.Etcd.Overrides = slices.DeleteFunc(slices.Clone(held.Spec.Etcd.Overrides), func(o v1alpha1.EtcdOverride) bool { return len(on(o.Servers)) == 0 })
+		for i := range held.Spec.Etcd.Overrides {
+			held.Spec.Etcd.Overrides[i].Servers = on(held.Spec.Etcd.Overrides[i].Servers)
+		}
+	}
+	return held
+}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/backups"
 	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/managercache"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
@@ -145,13 +146,13 @@ type ApiServerConfigReconciler struct {
 	// (spec.restore) reads archives from.
 	BackupDir string
 	// BackupS3Endpoints are the S3 endpoints the platform allows (see
-	// ArchivePlaces).
+	// backups.ArchivePlaces).
 	BackupS3Endpoints []string
-	// BackupTimeout bounds one restore (DefaultBackupTimeout when zero).
+	// BackupTimeout bounds one restore (backups.DefaultTimeout when zero).
 	BackupTimeout time.Duration
 
-	// restores run off the reconcile workers (restoreJobs).
-	restores     *restoreJobs
+	// restores run off the reconcile workers (backups.Restorer).
+	restores     *backups.Restorer
 	restoresOnce sync.Once
 	// Datastores are the platform's etcd datastores (datastores.Label); nil
 	// knows none.
@@ -337,10 +338,10 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	b = b.WatchesRawSource(r.auditWatch.source())
-	if err := mgr.Add(r.restoreJobs()); err != nil {
+	if err := mgr.Add(r.restorer().Runnable()); err != nil {
 		return err
 	}
-	b = b.WatchesRawSource(r.restores.source())
+	b = b.WatchesRawSource(r.restores.Source())
 	return b.Named("apiserverconfig").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		Complete(r)

@@ -34,6 +34,7 @@ import (
 var (
 	eventually  = controllertest.Eventually
 	conditionOf = controllertest.ConditionOf
+	seal        = controllertest.Seal
 )
 
 func namespace(t *testing.T, labels map[string]string) string {
@@ -64,6 +65,36 @@ func actAsDeploymentController(t *testing.T, d *appsv1.Deployment) {
 func createReady(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
 	t.Helper()
 	env.CreateReady(t, cfg)
+}
+
+func putKeys(t *testing.T, prefix string, n int) {
+	t.Helper()
+	env.PutKeys(t, prefix, n)
+}
+
+func keysUnder(t *testing.T, prefix string) int64 {
+	t.Helper()
+	return env.KeysUnder(t, prefix)
+}
+
+func deleteKeys(t *testing.T, prefix string) {
+	t.Helper()
+	env.DeleteKeys(t, prefix)
+}
+
+func putEncryptedWith(t *testing.T, k apiserver.EncryptionKey, key, plain string) {
+	t.Helper()
+	env.PutEncryptedWith(t, k, key, plain)
+}
+
+func waitGone(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
+	t.Helper()
+	env.WaitGone(t, cfg)
+}
+
+func waitHeld(t *testing.T, cfg *v1alpha1.ApiServerConfig, reason string, says ...string) {
+	t.Helper()
+	env.WaitHeld(t, cfg, reason, says...)
 }
 
 func argValues(d *appsv1.Deployment, name string) []string {

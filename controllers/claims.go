@@ -24,20 +24,8 @@ import (
 // its removal.
 const nameConflictRecheck = 30 * time.Second
 
-// nameConflict says that an object of a name the ApiServerConfig generates
-// exists and is someone else's (apiserver.ClaimOf): the operator neither
-// writes it nor reads it.
-type nameConflict struct {
-	kind, namespace, name, holder string
-}
-
-func (e *nameConflict) Error() string {
-	return fmt.Sprintf("%s %s/%s, a name this ApiServerConfig gives one of its objects, belongs to %s: it is left untouched; delete or rename it, or give the ApiServerConfig another name",
-		e.kind, e.namespace, e.name, e.holder)
-}
-
 // claim checks that obj, as the cluster holds it, is cfg's own: a
-// *nameConflict when it is someone else's, an error to retry when an
+// *ownership.NameConflict when it is someone else's, an error to retry when an
 // earlier ApiServerConfig of the same name still holds it.
 func (r *ApiServerConfigReconciler) claim(cfg *v1alpha1.ApiServerConfig, obj client.Object) error {
 	c := ownership.Claim(r.Ownership, cfg, obj)
@@ -53,7 +41,7 @@ func (r *ApiServerConfigReconciler) claim(cfg *v1alpha1.ApiServerConfig, obj cli
 	if c.Predecessor {
 		return fmt.Errorf("%s %s/%s still belongs to %s: waiting for the garbage collector to delete it", kind, obj.GetNamespace(), obj.GetName(), c.Holder)
 	}
-	return &nameConflict{kind: kind, namespace: obj.GetNamespace(), name: obj.GetName(), holder: c.Holder}
+	return &ownership.NameConflict{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), Holder: c.Holder}
 }
 
 // claimLive checks, with the API server rather than the cache, that no

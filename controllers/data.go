@@ -70,7 +70,7 @@ func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) erro
 		return r.restore(ctx, p, prefix, kept)
 	}
 	// No restore goes on (spec.restore removed meanwhile).
-	r.restoreJobs().forget(client.ObjectKeyFromObject(p.cfg))
+	r.restorer().Forget(client.ObjectKeyFromObject(p.cfg))
 	retained := kept != nil && kept.Prefix == prefix && kept.Overlaps(apiserver.KeyspaceOf(&p.c.Spec.Etcd))
 	adopt := p.cfg.Annotations[v1alpha1.AdoptDataAnnotation] == prefix
 	var read *apiserver.Decrypter

@@ -3,7 +3,6 @@ package controllers
 import (
 	"bytes"
 	"context"
-	"crypto/aes"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,48 +13,11 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apiserver/pkg/storage/value"
-	aestransformer "k8s.io/apiserver/pkg/storage/value/encrypt/aes"
-	"k8s.io/apiserver/pkg/storage/value/encrypt/secretbox"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
-	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
-
-// waitHeld waits until cfg, not being deleted, is Stalled with reason and
-// a message that says each of says, Ready False, and has no Deployment.
-func waitHeld(t *testing.T, cfg *v1alpha1.ApiServerConfig, reason string, says ...string) {
-	t.Helper()
-	eventually(t, 20*time.Second, cfg.Name+" is held with "+reason, func() error {
-		got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: cfg.ObjectMeta})
-		c := conditionOf(got, v1alpha1.ConditionStalled)
-		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason || c.ObservedGeneration != got.Generation {
-			return fmt.Errorf("Stalled is %v", c)
-		}
-		for _, s := range says {
-			if !strings.Contains(c.Message, s) {
-				return fmt.Errorf("Stalled says %q, not %q", c.Message, s)
-			}
-		}
-		if r := conditionOf(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse {
-			return fmt.Errorf("Ready is %v", r)
-		}
-		return nil
-	})
-	err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}, &appsv1.Deployment{})
-	if !apierrors.IsNotFound(err) {
-		t.Fatalf("%s got a Deployment (%v)", cfg.Name, err)
-	}
-}
-
-func deleteKeys(t *testing.T, prefix string) {
-	t.Helper()
-	if _, err := (tenantio.EtcdV3{}).Delete(context.Background(), []string{env.ControlPlane.Etcd.URL.String()}, nil, prefix); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // putEncrypted stores plain under key as cfg's apiservers would: with the
 // current key of its encryption Secret, through upstream's transformer.
@@ -67,49 +29,6 @@ func putEncrypted(t *testing.T, cfg *v1alpha1.ApiServerConfig, key, plain string
 		t.Fatal(err)
 	}
 	putEncryptedWith(t, keys.Current.Key, key, plain)
-}
-
-// putEncryptedWith stores plain under key, encrypted with k.
-func putEncryptedWith(t *testing.T, k apiserver.EncryptionKey, key, plain string) {
-	t.Helper()
-	sealed, err := seal(k, key, plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := tenantio.EtcdV3{}.Client([]string{env.ControlPlane.Etcd.URL.String()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cli.Close() }()
-	if _, err := cli.Put(context.Background(), key, sealed); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// seal is plain as kube-apiserver stores it under key with the secretbox
-// or aesgcm key k: the same upstream transformers, behind the key's
-// prefix.
-func seal(k apiserver.EncryptionKey, key, plain string) (string, error) {
-	var tr value.Transformer
-	switch k.Provider {
-	case v1alpha1.EncryptionSecretbox:
-		tr = secretbox.NewSecretboxTransformer([32]byte(k.Secret))
-	case v1alpha1.EncryptionAESGCM:
-		block, err := aes.NewCipher(k.Secret)
-		if err != nil {
-			return "", err
-		}
-		if tr, err = aestransformer.NewGCMTransformer(block); err != nil {
-			return "", err
-		}
-	default:
-		return "", fmt.Errorf("the tests seal with secretbox or aesgcm, not %s", k.Provider)
-	}
-	box, err := tr.TransformToStorage(context.Background(), []byte(plain), value.DefaultContext(key))
-	if err != nil {
-		return "", err
-	}
-	return k.StoredPrefix() + string(box), nil
 }
 
 func TestApiServerConfigReconciler_ATenantOnKeysItDidNotWriteNeverStarts(t *testing.T) {

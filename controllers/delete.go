@@ -108,31 +108,6 @@ func (r *ApiServerConfigReconciler) storedData(ctx context.Context, cfg *v1alpha
 	return true, nil
 }
 
-// dataKeyspace is where cfg's data is: its etcd servers, under the prefix
-// it stored under (status.dataPrefix), which may differ from the spec's
-// when a change of prefix was held.
-func dataKeyspace(cfg *v1alpha1.ApiServerConfig) *v1alpha1.ApiServerConfig {
-	held := cfg.DeepCopy()
-	if cfg.Status.DataPrefix != "" {
-		held.Spec.Etcd.Prefix = cfg.Status.DataPrefix
-	}
-	if recorded := cfg.Status.DataServers; len(recorded) > 0 {
-		// Only the servers the data was proven on (status.dataServers):
-		// those a held move added hold someone else's keys.
-		on := func(servers []string) []string {
-			return slices.DeleteFunc(slices.Clone(servers), func(s string) bool {
-				return len(apiserver.SetsOn([][]string{{s}}, recorded)) == 0
-			})
-		}
-		held.Spec.Etcd.Servers = on(cfg.Spec.Etcd.Servers)
-		held.Spec.Etcd.Overrides = slices.DeleteFunc(slices.Clone(held.Spec.Etcd.Overrides), func(o v1alpha1.EtcdOverride) bool { return len(on(o.Servers)) == 0 })
-		for i := range held.Spec.Etcd.Overrides {
-			held.Spec.Etcd.Overrides[i].Servers = on(held.Spec.Etcd.Overrides[i].Servers)
-		}
-	}
-	return held
-}
-
 // unnamedDataServers are the servers the tenant's data was proven on that
 // its spec names no more (a move the operator held).
 func unnamedDataServers(cfg *v1alpha1.ApiServerConfig) []string {
@@ -189,7 +164,7 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 			"The tenant's data is kept: it is on %s, which spec.etcd names no more (the move was held): name them in spec.etcd again to delete it, or set spec.deletionPolicy to Retain to keep the data and the keys that read it",
 			strings.Join(gone, ", ")))
 	}
-	c, err := apiserver.Complete(dataKeyspace(cfg), apiserver.Inputs{})
+	c, err := apiserver.Complete(apiserver.WhereDataIs(cfg), apiserver.Inputs{})
 	if err != nil {
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonInvalidSpec,
 			fmt.Sprintf("The tenant's data is kept: its etcd keys cannot be found from the spec (%v); fix the spec, or set spec.deletionPolicy to Retain to keep the data and the keys that read it", err))
@@ -203,11 +178,11 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonSharedKeyspace,
 			"The tenant's data is kept: this operator has no index of the other tenants to prove that none shares the prefix")
 	}
-	others, err := r.TenantIndex.Overlapping(ctx, dataKeyspace(cfg))
+	others, err := r.TenantIndex.Overlapping(ctx, apiserver.WhereDataIs(cfg))
 	if err != nil {
 		return 0, step("Delete", err)
 	}
-	retained, err := r.TenantIndex.RetainedOverlapping(ctx, dataKeyspace(cfg))
+	retained, err := r.TenantIndex.RetainedOverlapping(ctx, apiserver.WhereDataIs(cfg))
 	if err != nil {
 		return 0, step("Delete", err)
 	}
@@ -273,9 +248,9 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 // when only a person can unblock it (Reconciling otherwise).
 func (r *ApiServerConfigReconciler) deletionStatus(ctx context.Context, cfg *v1alpha1.ApiServerConfig, stalled bool, reason, message string) error {
 	before := cfg.DeepCopy()
-	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReady, false, reason, message, cfg.Generation))
-	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionStalled, stalled, reason, message, cfg.Generation))
-	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReconciling, !stalled, reason, message, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionReady, false, reason, message, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionStalled, stalled, reason, message, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionReconciling, !stalled, reason, message, cfg.Generation))
 	if apiequality.Semantic.DeepEqual(before.Status, cfg.Status) {
 		return nil
 	}
@@ -301,7 +276,7 @@ func (r *ApiServerConfigReconciler) orphan(ctx context.Context, cfg *v1alpha1.Ap
 	kept := slices.DeleteFunc(slices.Clone(refs), func(ref metav1.OwnerReference) bool { return ref.UID == cfg.UID })
 	mark := ""
 	if stored {
-		mark = apiserver.KeyspaceOf(&dataKeyspace(cfg).Spec.Etcd).Annotation()
+		mark = apiserver.KeyspaceOf(&apiserver.WhereDataIs(cfg).Spec.Etcd).Annotation()
 	}
 	if len(kept) == len(refs) && obj.GetAnnotations()[apiserver.RetainedKeyspaceAnnotation] == mark &&
 		obj.GetLabels()[apiserver.NameLabel] == cfg.Name && r.Ownership.Proven(cfg.Name, cfg.UID, obj) && (!stored || r.Ownership.MarkProven(obj)) {

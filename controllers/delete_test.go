@@ -11,7 +11,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,47 +18,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
-	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
-
-// putKeys writes n keys under prefix into the test's etcd, as a tenant's
-// apiserver would have stored objects.
-func putKeys(t *testing.T, prefix string, n int) {
-	t.Helper()
-	cli, err := tenantio.EtcdV3{}.Client([]string{env.ControlPlane.Etcd.URL.String()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cli.Close() }()
-	for i := range n {
-		if _, err := cli.Put(context.Background(), fmt.Sprintf("%s%d", prefix, i), "stored"); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func keysUnder(t *testing.T, prefix string) int64 {
-	t.Helper()
-	counts, err := tenantio.EtcdV3{}.Count(context.Background(), []string{env.ControlPlane.Etcd.URL.String()}, nil, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return counts[0]
-}
-
-func waitGone(t *testing.T, cfg *v1alpha1.ApiServerConfig) {
-	t.Helper()
-	eventually(t, 20*time.Second, cfg.Name+" is gone", func() error {
-		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(cfg), &v1alpha1.ApiServerConfig{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil
-		case err != nil:
-			return err
-		}
-		return errors.New("still there")
-	})
-}
 
 // waitStalled waits for a deletion held with reason, whose message says
 // what, and returns it.

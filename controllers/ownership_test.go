@@ -25,6 +25,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 )
 
 // plantedCA is a CA Secret a namespace's user made, with the labels (and
@@ -192,7 +193,7 @@ func TestApiServerConfigReconciler_ObjectsWrittenBeforeTheKeyAreTakenOnceAndNoth
 	pass := func(r *ApiServerConfigReconciler) *v1alpha1.ApiServerConfig {
 		t.Helper()
 		if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
-			var conflict *nameConflict
+			var conflict *ownership.NameConflict
 			if !errors.As(err, &conflict) {
 				t.Fatal(err)
 			}

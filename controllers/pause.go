@@ -40,7 +40,7 @@ func (r *ApiServerConfigReconciler) reportPaused(ctx context.Context, cfg *v1alp
 	}
 	before := cfg.DeepCopy()
 	wasPaused := meta.IsStatusConditionTrue(cfg.Status.Conditions, v1alpha1.ConditionPaused)
-	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionPaused, true, v1alpha1.ReasonPaused, msg, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionPaused, true, v1alpha1.ReasonPaused, msg, cfg.Generation))
 	requeue := time.Duration(0)
 	if !next.IsZero() {
 		requeue = next.Sub(now) + time.Second

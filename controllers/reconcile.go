@@ -24,6 +24,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
+	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
 
@@ -152,7 +153,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.removedAPIs.forget(req.NamespacedName)
 			r.forgetAgents(req.NamespacedName)
 			r.forgetAudit(req.NamespacedName)
-			r.restoreJobs().forget(req.NamespacedName)
+			r.restorer().Forget(req.NamespacedName)
 			if r.etcdWatch != nil {
 				r.etcdWatch.forget(req.NamespacedName)
 			}
@@ -183,7 +184,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		r.forgetAgents(req.NamespacedName)
 		r.forgetAudit(req.NamespacedName)
-		r.restoreJobs().forget(req.NamespacedName)
+		r.restorer().Forget(req.NamespacedName)
 		if err := r.clearPaused(ctx, cfg); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -234,7 +235,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			if p.obs.invalid != nil {
 				return ctrl.Result{}, err // terminal: only an edit helps
 			}
-			if conflict := (*nameConflict)(nil); errors.As(err, &conflict) {
+			if conflict := (*ownership.NameConflict)(nil); errors.As(err, &conflict) {
 				p.obs.failure = &envFailure{reason: v1alpha1.ReasonNameConflict, message: conflict.Error(), atOnce: true,
 					since: failingSince(p.before.Status.Conditions, v1alpha1.ReasonNameConflict, p.now)}
 				if c := meta.FindStatusCondition(p.before.Status.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Reason != v1alpha1.ReasonNameConflict {
@@ -367,9 +368,9 @@ func (r *ApiServerConfigReconciler) waitOnTenant(ctx context.Context, p *pass, w
 func (r *ApiServerConfigReconciler) markReconciling(ctx context.Context, cfg *v1alpha1.ApiServerConfig) error {
 	before := cfg.DeepCopy()
 	msg := fmt.Sprintf("Reconciling generation %d", cfg.Generation)
-	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReconciling, true, v1alpha1.ReasonProgressing, msg, cfg.Generation))
-	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonProgressing, msg, cfg.Generation))
-	meta.SetStatusCondition(&cfg.Status.Conditions, condition(v1alpha1.ConditionStalled, false, v1alpha1.ReasonProgressing, msg, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionReconciling, true, v1alpha1.ReasonProgressing, msg, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionReady, false, v1alpha1.ReasonProgressing, msg, cfg.Generation))
+	meta.SetStatusCondition(&cfg.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionStalled, false, v1alpha1.ReasonProgressing, msg, cfg.Generation))
 	cfg.Status.ObservedGeneration = cfg.Generation
 	if err := r.Client.Status().Patch(ctx, cfg, client.MergeFrom(before)); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("marking generation %d as reconciling: %w", cfg.Generation, err))

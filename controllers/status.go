@@ -96,14 +96,6 @@ func (o observations) unobserved(t string) bool {
 	return false
 }
 
-func condition(t string, ok bool, reason, message string, generation int64) metav1.Condition {
-	status := metav1.ConditionFalse
-	if ok {
-		status = metav1.ConditionTrue
-	}
-	return metav1.Condition{Type: t, Status: status, Reason: reason, Message: message, ObservedGeneration: generation}
-}
-
 // rolloutDone reports whether the Deployment runs its current template
 // everywhere, and all its replicas are ready.
 func rolloutDone(d *appsv1.Deployment) bool {
@@ -131,15 +123,15 @@ func readyReplicas(d *appsv1.Deployment, desired int32) int32 {
 func stalledCondition(o observations) metav1.Condition {
 	switch {
 	case o.invalid != nil:
-		return condition(v1alpha1.ConditionStalled, true, v1alpha1.ReasonInvalidSpec, o.invalid.Error(), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionStalled, true, v1alpha1.ReasonInvalidSpec, o.invalid.Error(), o.generation)
 	case o.failure.stalled(o.now, o.stallAfter):
-		return condition(v1alpha1.ConditionStalled, true, o.failure.reason,
+		return v1alpha1.NewCondition(v1alpha1.ConditionStalled, true, o.failure.reason,
 			fmt.Sprintf("%s (for %s)", o.failure.message, o.now.Sub(o.failure.since).Truncate(time.Second)), o.generation)
 	case o.failure == nil && o.hold.stalled(o.now, o.stallAfter):
-		return condition(v1alpha1.ConditionStalled, true, o.hold.reason,
+		return v1alpha1.NewCondition(v1alpha1.ConditionStalled, true, o.hold.reason,
 			fmt.Sprintf("%s (held for %s)", o.hold.message, o.now.Sub(o.hold.since).Truncate(time.Second)), o.generation)
 	}
-	return condition(v1alpha1.ConditionStalled, false, v1alpha1.ReasonReconciled, "", o.generation)
+	return v1alpha1.NewCondition(v1alpha1.ConditionStalled, false, v1alpha1.ReasonReconciled, "", o.generation)
 }
 
 // etcdCondition says whether every etcd server, overrides included,
@@ -147,30 +139,30 @@ func stalledCondition(o observations) metav1.Condition {
 func etcdCondition(o observations) metav1.Condition {
 	switch {
 	case o.etcdErr != nil:
-		return condition(v1alpha1.ConditionEtcdAvailable, false, v1alpha1.ReasonEtcdUnreachable, o.etcdErr.Error(), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionEtcdAvailable, false, v1alpha1.ReasonEtcdUnreachable, o.etcdErr.Error(), o.generation)
 	case o.etcdChecked:
-		return condition(v1alpha1.ConditionEtcdAvailable, true, v1alpha1.ReasonEtcdReachable, "Every etcd server answered", o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionEtcdAvailable, true, v1alpha1.ReasonEtcdReachable, "Every etcd server answered", o.generation)
 	}
-	return condition(v1alpha1.ConditionEtcdAvailable, false, v1alpha1.ReasonProgressing, "etcd has not been checked yet", o.generation)
+	return v1alpha1.NewCondition(v1alpha1.ConditionEtcdAvailable, false, v1alpha1.ReasonProgressing, "etcd has not been checked yet", o.generation)
 }
 
 // certificatesCondition says whether every certificate is in place.
 func certificatesCondition(o observations) metav1.Condition {
 	if o.certsReady {
-		return condition(v1alpha1.ConditionCertificatesReady, true, v1alpha1.ReasonCertificatesIssued, o.certsMessage, o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionCertificatesReady, true, v1alpha1.ReasonCertificatesIssued, o.certsMessage, o.generation)
 	}
-	return condition(v1alpha1.ConditionCertificatesReady, false, v1alpha1.ReasonProgressing, "Certificates are not issued yet", o.generation)
+	return v1alpha1.NewCondition(v1alpha1.ConditionCertificatesReady, false, v1alpha1.ReasonProgressing, "Certificates are not issued yet", o.generation)
 }
 
 // availableCondition is True when at least one apiserver serves.
 func availableCondition(o observations) metav1.Condition {
 	switch ready := readyReplicas(o.deployment, max(o.masterCount, 1)); {
 	case o.masterCount == 0:
-		return condition(v1alpha1.ConditionAvailable, false, v1alpha1.ReasonHibernated, "masterCount is 0: no apiserver runs", o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionAvailable, false, v1alpha1.ReasonHibernated, "masterCount is 0: no apiserver runs", o.generation)
 	case ready > 0:
-		return condition(v1alpha1.ConditionAvailable, true, v1alpha1.ReasonReconciled, fmt.Sprintf("%d of %d apiservers ready", ready, o.masterCount), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionAvailable, true, v1alpha1.ReasonReconciled, fmt.Sprintf("%d of %d apiservers ready", ready, o.masterCount), o.generation)
 	default:
-		return condition(v1alpha1.ConditionAvailable, false, v1alpha1.ReasonReplicasNotReady, fmt.Sprintf("0 of %d apiservers ready", o.masterCount), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionAvailable, false, v1alpha1.ReasonReplicasNotReady, fmt.Sprintf("0 of %d apiservers ready", o.masterCount), o.generation)
 	}
 }
 
@@ -195,15 +187,15 @@ func rolloutMessage(o observations) string {
 // progressingCondition is True while a rollout or scaling is under way.
 func progressingCondition(o observations) metav1.Condition {
 	if o.hold != nil {
-		return condition(v1alpha1.ConditionProgressing, false, o.hold.reason, capitalize(o.hold.message), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionProgressing, false, o.hold.reason, capitalize(o.hold.message), o.generation)
 	}
 	if o.masterCount > 0 && o.versions.upgrading() {
-		return condition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonUpgrading, capitalize(upgradeMessage(o)), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonUpgrading, capitalize(upgradeMessage(o)), o.generation)
 	}
 	if o.deployment != nil && !rolloutDone(o.deployment) {
-		return condition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonProgressing, "Rolling out: "+rolloutMessage(o), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonProgressing, "Rolling out: "+rolloutMessage(o), o.generation)
 	}
-	return condition(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonReconciled, "", o.generation)
+	return v1alpha1.NewCondition(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonReconciled, "", o.generation)
 }
 
 // degradedCondition is True when a step fails or an environment failure
@@ -211,14 +203,14 @@ func progressingCondition(o observations) metav1.Condition {
 // rollout that stopped progressing among them.
 func degradedCondition(o observations) metav1.Condition {
 	if o.stepErr != nil {
-		return condition(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonReconcileError, fmt.Sprintf("%s: %v", o.failedStep, o.stepErr), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonReconcileError, fmt.Sprintf("%s: %v", o.failedStep, o.stepErr), o.generation)
 	}
 	if f := cmp.Or(o.failure, o.hold); f != nil {
-		c := condition(v1alpha1.ConditionDegraded, true, f.reason, f.message, o.generation)
+		c := v1alpha1.NewCondition(v1alpha1.ConditionDegraded, true, f.reason, f.message, o.generation)
 		c.LastTransitionTime = metav1.NewTime(f.since)
 		return c
 	}
-	return condition(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonReconciled, "", o.generation)
+	return v1alpha1.NewCondition(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonReconciled, "", o.generation)
 }
 
 // readyCondition is True when the control plane is as the spec says:
@@ -228,9 +220,9 @@ func degradedCondition(o observations) metav1.Condition {
 func readyCondition(o observations) metav1.Condition {
 	switch {
 	case o.invalid != nil:
-		return condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, o.invalid.Error(), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, o.invalid.Error(), o.generation)
 	case o.stepErr != nil:
-		return condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonReconcileError, fmt.Sprintf("%s: %v", o.failedStep, o.stepErr), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionReady, false, v1alpha1.ReasonReconcileError, fmt.Sprintf("%s: %v", o.failedStep, o.stepErr), o.generation)
 	}
 	var why []string
 	reason := v1alpha1.ReasonProgressing
@@ -250,7 +242,7 @@ func readyCondition(o observations) metav1.Condition {
 			if o.versions.upgrading() {
 				msg += fmt.Sprintf("; the upgrade %s → %s happens when it wakes", o.versions.running, o.versions.desired)
 			}
-			return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonHibernated, msg, o.generation)
+			return v1alpha1.NewCondition(v1alpha1.ConditionReady, true, v1alpha1.ReasonHibernated, msg, o.generation)
 		}
 		if o.podsLeft > 0 {
 			why = append(why, fmt.Sprintf("hibernating: %d apiserver pods still running", o.podsLeft))
@@ -259,9 +251,9 @@ func readyCondition(o observations) metav1.Condition {
 		why = append(why, rolloutMessage(o))
 	}
 	if len(why) > 0 {
-		return condition(v1alpha1.ConditionReady, false, reason, strings.Join(why, "; "), o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionReady, false, reason, strings.Join(why, "; "), o.generation)
 	}
-	return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonReconciled, fmt.Sprintf("%d apiservers ready", o.masterCount), o.generation)
+	return v1alpha1.NewCondition(v1alpha1.ConditionReady, true, v1alpha1.ReasonReconciled, fmt.Sprintf("%d apiservers ready", o.masterCount), o.generation)
 }
 
 // reconcilingCondition is True while the operator works toward Ready and is
@@ -269,9 +261,9 @@ func readyCondition(o observations) metav1.Condition {
 func reconcilingCondition(o observations) metav1.Condition {
 	ready := readyCondition(o)
 	if ready.Status == metav1.ConditionTrue || stalledCondition(o).Status == metav1.ConditionTrue {
-		return condition(v1alpha1.ConditionReconciling, false, v1alpha1.ReasonReconciled, "", o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionReconciling, false, v1alpha1.ReasonReconciled, "", o.generation)
 	}
-	return condition(v1alpha1.ConditionReconciling, true, ready.Reason, ready.Message, o.generation)
+	return v1alpha1.NewCondition(v1alpha1.ConditionReconciling, true, ready.Reason, ready.Message, o.generation)
 }
 
 // encryptedCondition says whether what is stored is encrypted, as far as
@@ -279,7 +271,7 @@ func reconcilingCondition(o observations) metav1.Condition {
 func encryptedCondition(o observations) metav1.Condition {
 	e := o.encryption
 	if e == nil || e.userManaged {
-		c := condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonUserManaged,
+		c := v1alpha1.NewCondition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonUserManaged,
 			"spec.encryption.configSecretName: the user's EncryptionConfiguration, neither rotated nor proven by the operator", o.generation)
 		c.Status = metav1.ConditionUnknown
 		return c
@@ -291,17 +283,17 @@ func encryptedCondition(o observations) metav1.Condition {
 		if e.progress != "" {
 			msg += ": " + e.progress
 		}
-		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonReencrypting, msg, o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonReencrypting, msg, o.generation)
 	case e.current.Key.Provider == v1alpha1.EncryptionIdentity && e.phase == rotation.Stable:
-		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonEncryptionDisabled, "spec.encryption.provider is identity: resources are stored in plain text", o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonEncryptionDisabled, "spec.encryption.provider is identity: resources are stored in plain text", o.generation)
 	case e.current.Key.Provider == v1alpha1.EncryptionIdentity:
-		return condition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonReencrypting, "Decrypting (spec.encryption.provider is identity): "+e.progress, o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionEncrypted, false, v1alpha1.ReasonReencrypting, "Decrypting (spec.encryption.provider is identity): "+e.progress, o.generation)
 	case e.phase != rotation.Stable:
 		msg := fmt.Sprintf("Rotating the encryption key (phase %s)", e.phase)
 		if e.progress != "" {
 			msg += ": " + e.progress
 		}
-		return condition(v1alpha1.ConditionEncrypted, true, v1alpha1.ReasonRotationInProgress, msg, o.generation)
+		return v1alpha1.NewCondition(v1alpha1.ConditionEncrypted, true, v1alpha1.ReasonRotationInProgress, msg, o.generation)
 	}
 	msg := what
 	if e.provenAt != nil {
@@ -310,7 +302,7 @@ func encryptedCondition(o observations) metav1.Condition {
 	if e.postponed {
 		msg += "; a rotation is due and starts when the tenant wakes (masterCount is 0)"
 	}
-	return condition(v1alpha1.ConditionEncrypted, true, v1alpha1.ReasonEncryptionProven, msg, o.generation)
+	return v1alpha1.NewCondition(v1alpha1.ConditionEncrypted, true, v1alpha1.ReasonEncryptionProven, msg, o.generation)
 }
 
 func capitalize(s string) string {

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -20,24 +19,15 @@ import (
 var (
 	env        *controllertest.Env
 	reconciler *ApiServerConfigReconciler
-	// backupDir is the backup volume of the tests' operator.
-	backupDir string
 	// ownershipKey is the key every reconciler of the tests proves with.
 	ownershipKey *apiserver.Ownership
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	if backupDir, err = os.MkdirTemp("", "backups-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := controllertest.Run(m, "tenant reconciler", func(e *controllertest.Env, mgr manager.Manager) error {
+	os.Exit(controllertest.Run(m, "tenant reconciler", func(e *controllertest.Env, mgr manager.Manager) error {
 		env, ownershipKey = e, e.Ownership
 		return setup(mgr)
-	})
-	_ = os.RemoveAll(backupDir)
-	os.Exit(code)
+	}))
 }
 
 // setup adds the reconcilers to mgr as the operator does, with the
@@ -64,20 +54,8 @@ func setup(mgr manager.Manager) error {
 		// A held upgrade goes ahead within a test's patience.
 		RemovedAPIQuietPeriod: 3 * time.Second,
 		ResizePolicy:          apiserver.ResizePolicy{Threshold: 0.2, MinInterval: 2 * time.Second},
-		BackupDir:             backupDir,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	backups := &ApiServerBackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{Timeout: 2 * time.Second}, Dir: backupDir, Ownership: ownershipKey}
-	if err := backups.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	// Schedules of seconds, so that retention is seen within a test.
-	schedules := &ApiServerBackupScheduleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"),
-		MinInterval: 2 * time.Second}
-	if err := schedules.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	// Credentials, whose revocation is the CA's.

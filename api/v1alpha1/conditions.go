@@ -1,5 +1,7 @@
 package v1alpha1
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // Condition types of an ApiServerConfig. Ready, Reconciling and Stalled follow
 // the kstatus conventions that GitOps tools (Flux, Argo CD) read; the others
 // say which part of the control plane is or is not in order.
@@ -252,3 +254,13 @@ const (
 	// or no apiserver runs.
 	ReasonAuditNotRead = "AuditNotRead"
 )
+
+// NewCondition is the condition t: True when ok, with reason and message,
+// for generation.
+func NewCondition(t string, ok bool, reason, message string, generation int64) metav1.Condition {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: t, Status: status, Reason: reason, Message: message, ObservedGeneration: generation}
+}

@@ -16,6 +16,13 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 )
 
+// Reach is TenantTLS with reader and d, as a function of the tenant.
+func Reach(reader client.Reader, d *Registry) func(ctx context.Context, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec, now time.Time) (*tls.Config, error) {
+	return func(ctx context.Context, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec, now time.Time) (*tls.Config, error) {
+		return TenantTLS(ctx, reader, d, cfg, spec, now)
+	}
+}
+
 // TenantTLS is how the operator reaches the etcd of spec, a tenant's
 // (or its keyspace's): as root of the datastore that holds it, or with
 // spec.etcd.tls's Secret.

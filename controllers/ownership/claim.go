@@ -1,6 +1,8 @@
 package ownership
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,4 +25,16 @@ func Claim(o *apiserver.Ownership, cfg *v1alpha1.ApiServerConfig, obj metav1.Obj
 		legacy = isSecret && metav1.GetControllerOfNoCopy(obj) == nil && obj.GetLabels()[apiserver.RetainedDataLabel] != ""
 	}
 	return o.Claim(cfg.Name, cfg.UID, obj, legacy)
+}
+
+// NameConflict says that an object of a name the ApiServerConfig generates
+// exists and is someone else's (Claim): the operator neither writes it nor
+// reads it.
+type NameConflict struct {
+	Kind, Namespace, Name, Holder string
+}
+
+func (e *NameConflict) Error() string {
+	return fmt.Sprintf("%s %s/%s, a name this ApiServerConfig gives one of its objects, belongs to %s: it is left untouched; delete or rename it, or give the ApiServerConfig another name",
+		e.Kind, e.Namespace, e.Name, e.Holder)
 }

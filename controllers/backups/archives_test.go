@@ -1,4 +1,4 @@
-package controllers
+package backups
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package controllers
+package backups
 
 import (
 	"cmp"
@@ -28,24 +28,24 @@ import (
 // +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=apiserverbackupschedules/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=apiserverbackups,verbs=create;delete
 
-// ApiServerBackupScheduleReconciler takes a schedule's backups when they
+// ScheduleReconciler takes a schedule's backups when they
 // are due (one at once for a time missed while the operator was away,
 // never a burst of them) and deletes the oldest beyond spec.keep.
-type ApiServerBackupScheduleReconciler struct {
+type ScheduleReconciler struct {
 	Client   client.Client
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
 	// MinInterval is the least time a schedule may leave between two of
-	// its backups (DefaultMinBackupInterval when zero): backups of every
+	// its backups (DefaultMinInterval when zero): backups of every
 	// namespace take turns on one worker.
 	MinInterval time.Duration
 }
 
-// DefaultMinBackupInterval is the least time between two backups of a
+// DefaultMinInterval is the least time between two backups of a
 // schedule: @every 1s would queue a backup a second ahead of every other
 // namespace's.
-const DefaultMinBackupInterval = 15 * time.Minute
+const DefaultMinInterval = 15 * time.Minute
 
 // scheduleInterval is the shortest time between two of the next times of
 // sched after from (a few of them: cron's gaps repeat), zero when it has
@@ -68,7 +68,7 @@ func scheduleInterval(sched cron.Schedule, from time.Time) time.Duration {
 
 // SetupWithManager registers the reconciler; a backup that completes or
 // fails brings its schedule's retention.
-func (r *ApiServerBackupScheduleReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *ScheduleReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
@@ -87,7 +87,7 @@ func (r *ApiServerBackupScheduleReconciler) SetupWithManager(mgr ctrl.Manager) e
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Reconcile takes the backup that is due and applies the retention.
-func (r *ApiServerBackupScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &v1alpha1.ApiServerBackupSchedule{}
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -102,14 +102,14 @@ func (r *ApiServerBackupScheduleReconciler) Reconcile(ctx context.Context, req c
 	return result, err
 }
 
-func (r *ApiServerBackupScheduleReconciler) reconcile(ctx context.Context, s *v1alpha1.ApiServerBackupSchedule) (ctrl.Result, error) {
+func (r *ScheduleReconciler) reconcile(ctx context.Context, s *v1alpha1.ApiServerBackupSchedule) (ctrl.Result, error) {
 	s.Status.ObservedGeneration = s.Generation
 	sched, err := cronParser.Parse(s.Spec.Schedule)
 	if err != nil {
 		r.setReady(s, false, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.schedule %q is not a cron expression of five fields, nor a descriptor such as @daily: %v", s.Spec.Schedule, err))
 		return ctrl.Result{}, nil
 	}
-	floor := cmp.Or(r.MinInterval, DefaultMinBackupInterval)
+	floor := cmp.Or(r.MinInterval, DefaultMinInterval)
 	if every := scheduleInterval(sched, s.CreationTimestamp.Time); every > 0 && every < floor {
 		r.setReady(s, false, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.schedule %q takes a backup every %s: the platform allows one every %s at most", s.Spec.Schedule, every, floor))
 		return ctrl.Result{}, nil
@@ -183,7 +183,7 @@ func (r *ApiServerBackupScheduleReconciler) reconcile(ctx context.Context, s *v1
 // first, and its failed ones older than its newest completed one; never
 // one that a tenant is being restored from. It returns the name of a
 // backup of the schedule that has not ended ("" when none).
-func (r *ApiServerBackupScheduleReconciler) prune(ctx context.Context, s *v1alpha1.ApiServerBackupSchedule) (string, error) {
+func (r *ScheduleReconciler) prune(ctx context.Context, s *v1alpha1.ApiServerBackupSchedule) (string, error) {
 	list := &v1alpha1.ApiServerBackupList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingLabels{v1alpha1.BackupScheduleLabel: s.Name}); err != nil {
 		return "", fmt.Errorf("listing the schedule's backups: %w", err)
@@ -237,7 +237,7 @@ func ptrOr[T any](p *T, v T) T {
 	return *p
 }
 
-func (r *ApiServerBackupScheduleReconciler) setReady(s *v1alpha1.ApiServerBackupSchedule, ok bool, reason, message string) {
-	meta.SetStatusCondition(&s.Status.Conditions, condition(v1alpha1.ConditionReady, ok, reason, message, s.Generation))
-	meta.SetStatusCondition(&s.Status.Conditions, condition(v1alpha1.ConditionStalled, !ok && reason == v1alpha1.ReasonInvalidSpec, reason, message, s.Generation))
+func (r *ScheduleReconciler) setReady(s *v1alpha1.ApiServerBackupSchedule, ok bool, reason, message string) {
+	meta.SetStatusCondition(&s.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionReady, ok, reason, message, s.Generation))
+	meta.SetStatusCondition(&s.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionStalled, !ok && reason == v1alpha1.ReasonInvalidSpec, reason, message, s.Generation))
 }

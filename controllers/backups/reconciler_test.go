@@ -1,4 +1,4 @@
-package controllers
+package backups_test
 
 import (
 	"bytes"
@@ -15,46 +15,29 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/backups"
+	"github.com/apiserver-operator/apiserver-operator/controllers/controllertest"
+	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 	"github.com/apiserver-operator/apiserver-operator/test/envtest"
 	"github.com/apiserver-operator/apiserver-operator/test/testport"
 )
 
-// storedUnder is every key and value under prefix in the test's etcd,
-// keyed relative to it.
-func storedUnder(t *testing.T, prefix string) map[string][]byte {
-	t.Helper()
-	cli, err := tenantio.EtcdV3{}.Client([]string{env.ControlPlane.Etcd.URL.String()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cli.Close() }()
-	resp, err := cli.Get(context.Background(), prefix+"/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]byte{}
-	for _, kv := range resp.Kvs {
-		out[strings.TrimPrefix(string(kv.Key), prefix)] = kv.Value
-	}
-	return out
-}
-
 func waitCompleted(t *testing.T, b *v1alpha1.ApiServerBackup) *v1alpha1.ApiServerBackup {
 	t.Helper()
 	var got *v1alpha1.ApiServerBackup
-	eventually(t, 30*time.Second, "the backup is Completed", func() error {
-		got = get(t, &v1alpha1.ApiServerBackup{ObjectMeta: b.ObjectMeta})
+	controllertest.Eventually(t, 30*time.Second, "the backup is Completed", func() error {
+		got = controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackup{ObjectMeta: b.ObjectMeta})
 		if got.Status.Phase != v1alpha1.BackupCompleted {
 			return fmt.Errorf("the backup is %q: %v", got.Status.Phase, got.Status.Conditions)
 		}
@@ -67,7 +50,7 @@ func waitCompleted(t *testing.T, b *v1alpha1.ApiServerBackup) *v1alpha1.ApiServe
 // stored under key.
 func decrypted(t *testing.T, cfg *v1alpha1.ApiServerConfig, key string, stored []byte) []byte {
 	t.Helper()
-	s := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: apiserver.EncryptionSecretName(cfg.Name)}})
+	s := controllertest.Get(t, env.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: apiserver.EncryptionSecretName(cfg.Name)}})
 	keys, err := apiserver.ParseEncryptionKeys(s.Data[apiserver.EncryptionKeysKey], apiserver.EncryptionLayout{})
 	if err != nil {
 		t.Fatal(err)
@@ -88,22 +71,22 @@ func decrypted(t *testing.T, cfg *v1alpha1.ApiServerConfig, key string, stored [
 // goes with the backup.
 func TestApiServerConfigReconciler_ABackupRestoresIntoANewTenant(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
-	src := tenant(ns, "source", func(s *v1alpha1.ApiServerConfigSpec) {
+	ns := env.Namespace(t, nil)
+	src := env.Tenant(ns, "source", func(s *v1alpha1.ApiServerConfigSpec) {
 		s.Encryption = &v1alpha1.EncryptionSpec{Provider: v1alpha1.EncryptionAESGCM}
 	})
-	createReady(t, src)
+	env.CreateReady(t, src)
 	prefix := src.Spec.Etcd.Prefix
-	s := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.EncryptionSecretName(src.Name)}})
+	s := controllertest.Get(t, env.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.EncryptionSecretName(src.Name)}})
 	keys, err := apiserver.ParseEncryptionKeys(s.Data[apiserver.EncryptionKeysKey], apiserver.EncryptionLayout{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 50 {
-		putEncryptedWith(t, keys.Current.Key, fmt.Sprintf("%s/secrets/default/s-%02d", prefix, i), fmt.Sprintf("hunter%d", i))
+		env.PutEncryptedWith(t, keys.Current.Key, fmt.Sprintf("%s/secrets/default/s-%02d", prefix, i), fmt.Sprintf("hunter%d", i))
 	}
-	putKeys(t, prefix+"/configmaps/default/cm-", 700)
-	before := storedUnder(t, prefix)
+	env.PutKeys(t, prefix+"/configmaps/default/cm-", 700)
+	before := env.StoredUnder(t, prefix)
 
 	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"},
 		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: src.Name, Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}
@@ -132,17 +115,17 @@ func TestApiServerConfigReconciler_ABackupRestoresIntoANewTenant(t *testing.T) {
 	if err := env.Client.Delete(ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, src)
-	restored := tenant(ns, "restored", func(s *v1alpha1.ApiServerConfigSpec) {
+	env.WaitGone(t, src)
+	restored := env.Tenant(ns, "restored", func(s *v1alpha1.ApiServerConfigSpec) {
 		s.Encryption = &v1alpha1.EncryptionSpec{Provider: v1alpha1.EncryptionAESGCM}
 		s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name}
 	})
-	createReady(t, restored)
-	got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: restored.ObjectMeta})
+	env.CreateReady(t, restored)
+	got := controllertest.Get(t, env.Client, &v1alpha1.ApiServerConfig{ObjectMeta: restored.ObjectMeta})
 	if got.Status.DataPrefix != restored.Spec.Etcd.Prefix || got.Status.RestoredFrom != b.Name {
 		t.Fatalf("status.dataPrefix %q, restoredFrom %q", got.Status.DataPrefix, got.Status.RestoredFrom)
 	}
-	after := storedUnder(t, restored.Spec.Etcd.Prefix)
+	after := env.StoredUnder(t, restored.Spec.Etcd.Prefix)
 	if len(after) != len(before) {
 		t.Fatalf("%d keys restored, %d backed up", len(after), len(before))
 	}
@@ -162,7 +145,7 @@ func TestApiServerConfigReconciler_ABackupRestoresIntoANewTenant(t *testing.T) {
 			t.Fatalf("%s holds %q, was %q", rel, now, was)
 		}
 	}
-	if !bytes.Equal(get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.EncryptionSecretName(restored.Name)}}).Data[apiserver.EncryptionKeysKey],
+	if !bytes.Equal(controllertest.Get(t, env.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.EncryptionSecretName(restored.Name)}}).Data[apiserver.EncryptionKeysKey],
 		s.Data[apiserver.EncryptionKeysKey]) {
 		t.Fatal("the restored tenant has another encryption key")
 	}
@@ -171,7 +154,7 @@ func TestApiServerConfigReconciler_ABackupRestoresIntoANewTenant(t *testing.T) {
 	if err := env.Client.Delete(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the archive is removed", func() error {
+	controllertest.Eventually(t, 20*time.Second, "the archive is removed", func() error {
 		if _, err := os.Stat(strings.TrimPrefix(done.Status.Location, "file://")); !os.IsNotExist(err) {
 			return fmt.Errorf("the archive is still there (%w)", err)
 		}
@@ -182,23 +165,23 @@ func TestApiServerConfigReconciler_ABackupRestoresIntoANewTenant(t *testing.T) {
 // A restore never writes into a prefix that holds keys, and says why.
 func TestApiServerConfigReconciler_ARestoreNeedsAnEmptyPrefix(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
-	src := tenant(ns, "src", nil)
-	createReady(t, src)
-	putKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 3)
+	ns := env.Namespace(t, nil)
+	src := env.Tenant(ns, "src", nil)
+	env.CreateReady(t, src)
+	env.PutKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 3)
 	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "once"},
 		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: src.Name, Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}
 	if err := env.Client.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	waitCompleted(t, b)
-	dst := tenant(ns, "dst", func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
-	putKeys(t, dst.Spec.Etcd.Prefix+"/configmaps/default/there-", 2)
+	dst := env.Tenant(ns, "dst", func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
+	env.PutKeys(t, dst.Spec.Etcd.Prefix+"/configmaps/default/there-", 2)
 	if err := env.Client.Create(ctx, dst); err != nil {
 		t.Fatal(err)
 	}
-	waitHeld(t, dst, v1alpha1.ReasonRestoreFailed, "prefix "+dst.Spec.Etcd.Prefix+" holds keys already")
-	if n := keysUnder(t, dst.Spec.Etcd.Prefix+"/"); n != 2 {
+	env.WaitHeld(t, dst, v1alpha1.ReasonRestoreFailed, "prefix "+dst.Spec.Etcd.Prefix+" holds keys already")
+	if n := env.KeysUnder(t, dst.Spec.Etcd.Prefix+"/"); n != 2 {
 		t.Fatalf("%d keys under the prefix, want the 2 that were there", n)
 	}
 }
@@ -220,7 +203,7 @@ func s3Server(t *testing.T, bucket string) (string, *minio.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the S3 server makes the bucket", func() error {
+	controllertest.Eventually(t, 20*time.Second, "the S3 server makes the bucket", func() error {
 		return cli.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{})
 	})
 	return endpoint, cli
@@ -231,17 +214,17 @@ func s3Server(t *testing.T, bucket string) (string, *minio.Client) {
 // plain text, and goes with the backup.
 func TestApiServerConfigReconciler_ABackupInAnS3BucketRestores(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
+	ns := env.Namespace(t, nil)
 	endpoint, s3 := s3Server(t, "tenant-backups")
 	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
-		Data: map[string][]byte{S3AccessKeyIDKey: []byte("test-access"), S3SecretAccessKeyKey: []byte("test-secret-key")}}
+		Data: map[string][]byte{backups.S3AccessKeyIDKey: []byte("test-access"), backups.S3SecretAccessKeyKey: []byte("test-secret-key")}}
 	if err := env.Client.Create(ctx, creds); err != nil {
 		t.Fatal(err)
 	}
-	src := tenant(ns, "bucketed", nil)
-	createReady(t, src)
-	putKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 1200)
-	before := storedUnder(t, src.Spec.Etcd.Prefix)
+	src := env.Tenant(ns, "bucketed", nil)
+	env.CreateReady(t, src)
+	env.PutKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 1200)
+	before := env.StoredUnder(t, src.Spec.Etcd.Prefix)
 
 	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "to-s3"},
 		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: src.Name, Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
@@ -273,10 +256,10 @@ func TestApiServerConfigReconciler_ABackupInAnS3BucketRestores(t *testing.T) {
 	if err := env.Client.Delete(ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, src)
-	restored := tenant(ns, "from-s3", func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
-	createReady(t, restored)
-	after := storedUnder(t, restored.Spec.Etcd.Prefix)
+	env.WaitGone(t, src)
+	restored := env.Tenant(ns, "from-s3", func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
+	env.CreateReady(t, restored)
+	after := env.StoredUnder(t, restored.Spec.Etcd.Prefix)
 	if len(after) != len(before) {
 		t.Fatalf("%d keys restored from the bucket, %d backed up", len(after), len(before))
 	}
@@ -289,7 +272,7 @@ func TestApiServerConfigReconciler_ABackupInAnS3BucketRestores(t *testing.T) {
 	if err := env.Client.Delete(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the object is removed", func() error {
+	controllertest.Eventually(t, 20*time.Second, "the object is removed", func() error {
 		if _, err := s3.StatObject(ctx, "tenant-backups", object, minio.StatObjectOptions{}); minio.ToErrorResponse(err).Code != "NoSuchKey" {
 			return fmt.Errorf("the object is still there (%w)", err)
 		}
@@ -301,10 +284,10 @@ func TestApiServerConfigReconciler_ABackupInAnS3BucketRestores(t *testing.T) {
 // of them: the older ones go, with their archives.
 func TestApiServerConfigReconciler_ABackupScheduleKeepsTheNewestBackups(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
-	cfg := tenant(ns, "scheduled", nil)
-	createReady(t, cfg)
-	putKeys(t, cfg.Spec.Etcd.Prefix+"/configmaps/default/cm-", 10)
+	ns := env.Namespace(t, nil)
+	cfg := env.Tenant(ns, "scheduled", nil)
+	env.CreateReady(t, cfg)
+	env.PutKeys(t, cfg.Spec.Etcd.Prefix+"/configmaps/default/cm-", 10)
 	keep := int32(2)
 	s := &v1alpha1.ApiServerBackupSchedule{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "often"},
 		Spec: v1alpha1.ApiServerBackupScheduleSpec{Schedule: "@every 2s", Keep: &keep,
@@ -313,8 +296,8 @@ func TestApiServerConfigReconciler_ABackupScheduleKeepsTheNewestBackups(t *testi
 		t.Fatal(err)
 	}
 	taken := map[string]bool{}
-	eventually(t, 40*time.Second, "the schedule took 4 backups, keeping 2", func() error {
-		got := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: s.ObjectMeta})
+	controllertest.Eventually(t, 40*time.Second, "the schedule took 4 backups, keeping 2", func() error {
+		got := controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: s.ObjectMeta})
 		if got.Status.LastBackupName != "" {
 			taken[got.Status.LastBackupName] = true
 		}
@@ -336,7 +319,7 @@ func TestApiServerConfigReconciler_ABackupScheduleKeepsTheNewestBackups(t *testi
 		return nil
 	})
 	// The archives of the backups that went are gone too.
-	eventually(t, 20*time.Second, "only the kept backups' archives are left", func() error {
+	controllertest.Eventually(t, 20*time.Second, "only the kept backups' archives are left", func() error {
 		files, err := filepath.Glob(filepath.Join(backupDir, ns, "*.backup"))
 		if err != nil {
 			return err
@@ -351,14 +334,14 @@ func TestApiServerConfigReconciler_ABackupScheduleKeepsTheNewestBackups(t *testi
 		return nil
 	})
 	// A suspended schedule says so, and has no next time.
-	got := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: s.ObjectMeta})
+	got := controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: s.ObjectMeta})
 	patch := client.MergeFrom(got.DeepCopy())
 	got.Spec.Suspend = true
 	if err := env.Client.Patch(ctx, got, patch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the schedule says it is suspended", func() error {
-		got := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: s.ObjectMeta})
+	controllertest.Eventually(t, 10*time.Second, "the schedule says it is suspended", func() error {
+		got := controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: s.ObjectMeta})
 		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != "Suspended" || c.ObservedGeneration != got.Generation || got.Status.NextScheduleTime != nil {
 			return fmt.Errorf("Ready is %v, the next backup due at %v", c, got.Status.NextScheduleTime)
 		}
@@ -371,7 +354,7 @@ func TestApiServerConfigReconciler_ABackupScheduleKeepsTheNewestBackups(t *testi
 // spin on it (the next schedule is still served).
 func TestApiServerConfigReconciler_ABackupScheduleThatNeverComesIsInvalid(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
+	ns := env.Namespace(t, nil)
 	never := &v1alpha1.ApiServerBackupSchedule{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "february"},
 		Spec: v1alpha1.ApiServerBackupScheduleSpec{Schedule: "0 0 30 2 *",
 			Template: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: "any", Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}}
@@ -385,17 +368,17 @@ func TestApiServerConfigReconciler_ABackupScheduleThatNeverComesIsInvalid(t *tes
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, "both schedules have a status", func() error {
-		n := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: never.ObjectMeta})
+	controllertest.Eventually(t, 20*time.Second, "both schedules have a status", func() error {
+		n := controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: never.ObjectMeta})
 		if c := meta.FindStatusCondition(n.Status.Conditions, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "never comes") {
 			return fmt.Errorf("the impossible schedule's Stalled is %v", c)
 		}
-		o := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: tooOften.ObjectMeta})
+		o := controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: tooOften.ObjectMeta})
 		if c := meta.FindStatusCondition(o.Status.Conditions, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue ||
 			!strings.Contains(c.Message, "takes a backup every 1s: the platform allows one every 2s at most") || o.Status.LastBackupName != "" {
 			return fmt.Errorf("the schedule of every second: Stalled is %v, last backup %q", c, o.Status.LastBackupName)
 		}
-		d := get(t, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: next.ObjectMeta})
+		d := controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackupSchedule{ObjectMeta: next.ObjectMeta})
 		if d.Status.NextScheduleTime == nil || time.Until(d.Status.NextScheduleTime.Time) > 24*time.Hour {
 			return fmt.Errorf("the daily schedule's next time is %v", d.Status.NextScheduleTime)
 		}
@@ -406,10 +389,10 @@ func TestApiServerConfigReconciler_ABackupScheduleThatNeverComesIsInvalid(t *tes
 // An archive altered on its volume is refused before anything is written.
 func TestApiServerConfigReconciler_AnAlteredArchiveIsNotRestored(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
-	src := tenant(ns, "orig", nil)
-	createReady(t, src)
-	putKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 300)
+	ns := env.Namespace(t, nil)
+	src := env.Tenant(ns, "orig", nil)
+	env.CreateReady(t, src)
+	env.PutKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 300)
 	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "altered"},
 		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: src.Name, Storage: v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}}}}
 	if err := env.Client.Create(ctx, b); err != nil {
@@ -425,12 +408,12 @@ func TestApiServerConfigReconciler_AnAlteredArchiveIsNotRestored(t *testing.T) {
 	if err := os.WriteFile(path, archive, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	dst := tenant(ns, "copy", func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
+	dst := env.Tenant(ns, "copy", func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
 	if err := env.Client.Create(ctx, dst); err != nil {
 		t.Fatal(err)
 	}
-	waitHeld(t, dst, v1alpha1.ReasonRestoreFailed, "ApiServerBackup altered cannot be restored")
-	if n := keysUnder(t, dst.Spec.Etcd.Prefix+"/"); n != 0 {
+	env.WaitHeld(t, dst, v1alpha1.ReasonRestoreFailed, "ApiServerBackup altered cannot be restored")
+	if n := env.KeysUnder(t, dst.Spec.Etcd.Prefix+"/"); n != 0 {
 		t.Fatalf("%d keys were written from an altered archive", n)
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: apiserver.CASecretName(dst.Name)}, &corev1.Secret{}); err == nil {
@@ -442,10 +425,10 @@ func TestApiServerConfigReconciler_AnAlteredArchiveIsNotRestored(t *testing.T) {
 // file on the shared volume, and says why.
 func TestApiServerBackupReconciler_AnArchivePastTheCapIsNotKept(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
-	cfg := tenant(ns, "large", nil)
-	createReady(t, cfg)
-	putKeys(t, cfg.Spec.Etcd.Prefix+"/configmaps/default/cm-", 300)
+	ns := env.Namespace(t, nil)
+	cfg := env.Tenant(ns, "large", nil)
+	env.CreateReady(t, cfg)
+	env.PutKeys(t, cfg.Spec.Etcd.Prefix+"/configmaps/default/cm-", 300)
 	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "capped",
 		// Only this test's reconciler takes it.
 		Labels: map[string]string{apiserver.WatchFilterLabel: "capped"}},
@@ -453,14 +436,14 @@ func TestApiServerBackupReconciler_AnArchivePastTheCapIsNotKept(t *testing.T) {
 	if err := env.Client.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	r := &ApiServerBackupReconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
-		Etcd: tenantio.EtcdV3{Timeout: 2 * time.Second}, Dir: backupDir, Ownership: ownershipKey, MaxBytes: 2048}
+	r := &backups.Reconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock.RealClock{}, EtcdTLS: datastores.Reach(env.Client, nil),
+		Etcd: tenantio.EtcdV3{Timeout: 2 * time.Second}, Dir: backupDir, Ownership: env.Ownership, MaxBytes: 2048}
 	var got *v1alpha1.ApiServerBackup
 	for i := 0; ; i++ {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
 			t.Fatal(err)
 		}
-		if got = get(t, b.DeepCopy()); got.Status.Phase == v1alpha1.BackupFailed || got.Status.Phase == v1alpha1.BackupCompleted {
+		if got = controllertest.Get(t, env.Client, b.DeepCopy()); got.Status.Phase == v1alpha1.BackupFailed || got.Status.Phase == v1alpha1.BackupCompleted {
 			break
 		}
 		if i == 10 {
@@ -485,18 +468,18 @@ func TestApiServerBackupReconciler_AnArchivePastTheCapIsNotKept(t *testing.T) {
 // says so, and another namespace's backup completes.
 func TestApiServerBackupReconciler_ANamespacesBackupsTakeTurns(t *testing.T) {
 	ctx := context.Background()
-	nsA, nsB := namespace(t, nil), namespace(t, nil)
+	nsA, nsB := env.Namespace(t, nil), env.Namespace(t, nil)
 	target, _ := s3Server(t, "turn-backups")
 	proxy := newStallingProxy(t, target)
 	proxy.stalled.Store(true)
 	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "s3-credentials"},
-		Data: map[string][]byte{S3AccessKeyIDKey: []byte("test-access"), S3SecretAccessKeyKey: []byte("test-secret-key")}}
+		Data: map[string][]byte{backups.S3AccessKeyIDKey: []byte("test-access"), backups.S3SecretAccessKeyKey: []byte("test-secret-key")}}
 	if err := env.Client.Create(ctx, creds); err != nil {
 		t.Fatal(err)
 	}
-	a, b := tenant(nsA, "turns", nil), tenant(nsB, "turns", nil)
-	createReady(t, a)
-	createReady(t, b)
+	a, b := env.Tenant(nsA, "turns", nil), env.Tenant(nsB, "turns", nil)
+	env.CreateReady(t, a)
+	env.CreateReady(t, b)
 	backup := func(ns, name, tenant string, storage v1alpha1.BackupStorage) *v1alpha1.ApiServerBackup {
 		bk := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: tenant, Storage: storage}}
@@ -507,31 +490,31 @@ func TestApiServerBackupReconciler_ANamespacesBackupsTakeTurns(t *testing.T) {
 	}
 	hung := backup(nsA, "hangs", a.Name, v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
 		Endpoint: proxy.lis.Addr().String(), Bucket: "turn-backups", CredentialsSecretName: creds.Name, Insecure: true}})
-	eventually(t, 10*time.Second, "the hanging backup runs", func() error {
-		if got := get(t, &v1alpha1.ApiServerBackup{ObjectMeta: hung.ObjectMeta}); !controllerutil.ContainsFinalizer(got, BackupFinalizer) {
+	controllertest.Eventually(t, 10*time.Second, "the hanging backup runs", func() error {
+		if got := controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackup{ObjectMeta: hung.ObjectMeta}); !controllerutil.ContainsFinalizer(got, backups.Finalizer) {
 			return errors.New("not started")
 		}
 		return nil
 	})
 	next := backup(nsA, "next", a.Name, v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}})
 	other := backup(nsB, "other", b.Name, v1alpha1.BackupStorage{Volume: &v1alpha1.VolumeStorage{}})
-	eventually(t, 10*time.Second, "the namespace's next backup waits its turn", func() error {
-		c := meta.FindStatusCondition(get(t, &v1alpha1.ApiServerBackup{ObjectMeta: next.ObjectMeta}).Status.Conditions, v1alpha1.ConditionReady)
+	controllertest.Eventually(t, 10*time.Second, "the namespace's next backup waits its turn", func() error {
+		c := meta.FindStatusCondition(controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackup{ObjectMeta: next.ObjectMeta}).Status.Conditions, v1alpha1.ConditionReady)
 		if c == nil || c.Reason != "WaitingForTurn" || !strings.Contains(c.Message, "one at a time") {
 			return fmt.Errorf("Ready is %v", c)
 		}
 		return nil
 	})
 	waitCompleted(t, other)
-	if got := get(t, &v1alpha1.ApiServerBackup{ObjectMeta: hung.ObjectMeta}); got.Status.Phase == v1alpha1.BackupCompleted {
+	if got := controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackup{ObjectMeta: hung.ObjectMeta}); got.Status.Phase == v1alpha1.BackupCompleted {
 		t.Fatal("the backup to the hanging endpoint completed")
 	}
 	// Once the hanging backup is gone, the namespace's next one runs.
 	if err := env.Client.Delete(ctx, hung); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "the namespace's next backup completes", func() error {
-		if got := get(t, &v1alpha1.ApiServerBackup{ObjectMeta: next.ObjectMeta}); got.Status.Phase != v1alpha1.BackupCompleted {
+	controllertest.Eventually(t, 90*time.Second, "the namespace's next backup completes", func() error {
+		if got := controllertest.Get(t, env.Client, &v1alpha1.ApiServerBackup{ObjectMeta: next.ObjectMeta}); got.Status.Phase != v1alpha1.BackupCompleted {
 			return fmt.Errorf("the backup is %q: %v", got.Status.Phase, got.Status.Conditions)
 		}
 		return nil

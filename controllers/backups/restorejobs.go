@@ -1,4 +1,4 @@
-package controllers
+package backups
 
 import (
 	"context"
@@ -17,28 +17,28 @@ import (
 // archive and writes a whole tenant.
 const restoreSlots = 2
 
-// restoreOutcome is how a restore ended.
-type restoreOutcome struct {
-	written int64
-	// hold: it cannot go on as things stand (a person must act, or the
+// Outcome is how a restore ended.
+type Outcome struct {
+	Written int64
+	// Hold: it cannot go on as things stand (a person must act, or the
 	// deadline passed): the tenant is held with this message.
-	hold string
-	// err: it failed and is tried again.
-	err error
+	Hold string
+	// Err: it failed and is tried again.
+	Err error
 }
 
-// restoreJob is one tenant's restore, run off the reconcile workers.
-type restoreJob struct {
-	// backup is the uid of the backup it restores: one of the same name
+// Job is one tenant's restore, run off the reconcile workers.
+type Job struct {
+	// Backup is the uid of the backup it restores: one of the same name
 	// made again is another.
-	backup types.UID
-	// keyspace is where it writes, as the spec said when it started: a
+	Backup types.UID
+	// Keyspace is where it writes, as the spec said when it started: a
 	// spec that moves meanwhile starts another.
-	keyspace string
-	started  time.Time
+	Keyspace string
+	Started  time.Time
+	Finished bool
+	Outcome  Outcome
 	cancel   context.CancelFunc
-	finished bool
-	out      restoreOutcome
 }
 
 // restoreJobs runs restores off the reconcile workers, restoreSlots at
@@ -48,7 +48,7 @@ type restoreJob struct {
 // owner of that per-tenant state: forget drops it with the tenant.
 type restoreJobs struct {
 	mu    sync.Mutex
-	jobs  map[types.NamespacedName]*restoreJob
+	jobs  map[types.NamespacedName]*Job
 	slots chan struct{}
 	done  chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig]
 	base  context.Context
@@ -56,7 +56,7 @@ type restoreJobs struct {
 
 func newRestoreJobs() *restoreJobs {
 	return &restoreJobs{
-		jobs:  map[types.NamespacedName]*restoreJob{},
+		jobs:  map[types.NamespacedName]*Job{},
 		slots: make(chan struct{}, restoreSlots),
 		done:  make(chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig], 64),
 		base:  context.Background(),
@@ -88,7 +88,7 @@ func (j *restoreJobs) source() source.Source {
 }
 
 // get is the tenant's restore as it stands (a copy); nil when none.
-func (j *restoreJobs) get(key types.NamespacedName) *restoreJob {
+func (j *restoreJobs) get(key types.NamespacedName) *Job {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if job := j.jobs[key]; job != nil {
@@ -101,7 +101,7 @@ func (j *restoreJobs) get(key types.NamespacedName) *restoreJob {
 // start runs run for cfg's restore of the backup of uid, with timeout, as
 // soon as a slot is free; the tenant's pass comes back when it ends.
 func (j *restoreJobs) start(cfg *v1alpha1.ApiServerConfig, backup types.UID, keyspace string, now time.Time, timeout time.Duration,
-	run func(ctx context.Context) restoreOutcome) {
+	run func(ctx context.Context) Outcome) {
 	key := types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -109,12 +109,12 @@ func (j *restoreJobs) start(cfg *v1alpha1.ApiServerConfig, backup types.UID, key
 		old.cancel()
 	}
 	ctx, cancel := context.WithCancel(j.base)
-	job := &restoreJob{backup: backup, keyspace: keyspace, started: now, cancel: cancel}
+	job := &Job{Backup: backup, Keyspace: keyspace, Started: now, cancel: cancel}
 	j.jobs[key] = job
 	wake := &v1alpha1.ApiServerConfig{}
 	wake.Namespace, wake.Name = cfg.Namespace, cfg.Name
 	go func() {
-		var out restoreOutcome
+		var out Outcome
 		select {
 		case j.slots <- struct{}{}:
 			runCtx, stop := context.WithTimeout(ctx, timeout)
@@ -122,14 +122,14 @@ func (j *restoreJobs) start(cfg *v1alpha1.ApiServerConfig, backup types.UID, key
 			stop()
 			<-j.slots
 		case <-ctx.Done():
-			out = restoreOutcome{err: ctx.Err()}
+			out = Outcome{Err: ctx.Err()}
 		}
 		j.mu.Lock()
 		if j.jobs[key] != job {
 			j.mu.Unlock()
 			return // forgotten, or replaced
 		}
-		job.finished, job.out = true, out
+		job.Finished, job.Outcome = true, out
 		j.mu.Unlock()
 		select {
 		case j.done <- event.TypedGenericEvent[*v1alpha1.ApiServerConfig]{Object: wake}:

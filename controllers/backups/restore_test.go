@@ -1,4 +1,4 @@
-package controllers
+package backups_test
 
 import (
 	"context"
@@ -14,6 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/controllers"
+	"github.com/apiserver-operator/apiserver-operator/controllers/backups"
+	"github.com/apiserver-operator/apiserver-operator/controllers/controllertest"
 )
 
 // stallingProxy forwards TCP connections to target until stall() is
@@ -69,17 +72,17 @@ func newStallingProxy(t *testing.T, target string) *stallingProxy {
 // restoring tenants say that they restore.
 func TestApiServerConfigReconciler_AStalledS3EndpointDelaysNoOtherTenant(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t, nil)
+	ns := env.Namespace(t, nil)
 	target, _ := s3Server(t, "tenant-backups")
 	proxy := newStallingProxy(t, target)
 	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
-		Data: map[string][]byte{S3AccessKeyIDKey: []byte("test-access"), S3SecretAccessKeyKey: []byte("test-secret-key")}}
+		Data: map[string][]byte{backups.S3AccessKeyIDKey: []byte("test-access"), backups.S3SecretAccessKeyKey: []byte("test-secret-key")}}
 	if err := env.Client.Create(ctx, creds); err != nil {
 		t.Fatal(err)
 	}
-	src := tenant(ns, "source", nil)
-	createReady(t, src)
-	putKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 50)
+	src := env.Tenant(ns, "source", nil)
+	env.CreateReady(t, src)
+	env.PutKeys(t, src.Spec.Etcd.Prefix+"/configmaps/default/cm-", 50)
 	b := &v1alpha1.ApiServerBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "through-proxy"},
 		Spec: v1alpha1.ApiServerBackupSpec{ApiServerConfigName: src.Name, Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
 			Endpoint: proxy.lis.Addr().String(), Bucket: "tenant-backups", CredentialsSecretName: creds.Name, Insecure: true}}}}
@@ -91,19 +94,19 @@ func TestApiServerConfigReconciler_AStalledS3EndpointDelaysNoOtherTenant(t *test
 	// The endpoint hangs; more tenants restore from it than there are
 	// reconcile workers.
 	proxy.stalled.Store(true)
-	workers := DefaultMaxConcurrentReconciles
+	workers := controllers.DefaultMaxConcurrentReconciles
 	var restoring []*v1alpha1.ApiServerConfig
 	for i := range workers + 1 {
-		r := tenant(ns, fmt.Sprintf("restoring-%d", i), func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
+		r := env.Tenant(ns, fmt.Sprintf("restoring-%d", i), func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })
 		if err := env.Client.Create(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 		restoring = append(restoring, r)
 	}
 	for _, r := range restoring {
-		eventually(t, 20*time.Second, r.Name+" says it restores", func() error {
-			got := get(t, &v1alpha1.ApiServerConfig{ObjectMeta: r.ObjectMeta})
-			if c := conditionOf(got, v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonRestoring {
+		controllertest.Eventually(t, 20*time.Second, r.Name+" says it restores", func() error {
+			got := controllertest.Get(t, env.Client, &v1alpha1.ApiServerConfig{ObjectMeta: r.ObjectMeta})
+			if c := controllertest.ConditionOf(got, v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonRestoring {
 				return fmt.Errorf("Ready is %v", c)
 			}
 			return nil
@@ -112,10 +115,10 @@ func TestApiServerConfigReconciler_AStalledS3EndpointDelaysNoOtherTenant(t *test
 	// Another tenant converges as it would alone (createReady's bounds:
 	// its Deployment within 30 s, Ready 20 s later), while every restore
 	// waits on the endpoint for longer than that.
-	other := tenant(ns, "unrelated", nil)
-	createReady(t, other)
+	other := env.Tenant(ns, "unrelated", nil)
+	env.CreateReady(t, other)
 	for _, r := range restoring {
-		if c := conditionOf(get(t, &v1alpha1.ApiServerConfig{ObjectMeta: r.ObjectMeta}), v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonRestoring {
+		if c := controllertest.ConditionOf(controllertest.Get(t, env.Client, &v1alpha1.ApiServerConfig{ObjectMeta: r.ObjectMeta}), v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonRestoring {
 			t.Fatalf("%s: Ready is %v while its store hangs", r.Name, c)
 		}
 	}
@@ -125,6 +128,6 @@ func TestApiServerConfigReconciler_AStalledS3EndpointDelaysNoOtherTenant(t *test
 		}
 	}
 	for _, r := range restoring {
-		waitGone(t, r)
+		env.WaitGone(t, r)
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package backups
 
 import (
 	"context"
@@ -107,7 +107,7 @@ func storeOf(ctx context.Context, reader client.Reader, places ArchivePlaces, b 
 // removeArchive removes what the backup stored. Without the credentials
 // to reach its bucket (their Secret gone), the backup goes, and its
 // archive, sealed for an identity that goes with it, stays unreadable.
-func (r *ApiServerBackupReconciler) removeArchive(ctx context.Context, b *v1alpha1.ApiServerBackup) error {
+func (r *Reconciler) removeArchive(ctx context.Context, b *v1alpha1.ApiServerBackup) error {
 	if b.Status.Phase != v1alpha1.BackupCompleted {
 		return nil // an archive exists only once the backup completed
 	}
@@ -128,8 +128,8 @@ func (r *ApiServerBackupReconciler) removeArchive(ctx context.Context, b *v1alph
 // identity Secret the operator made for it.
 func openArchive(ctx context.Context, reader client.Reader, places ArchivePlaces, b *v1alpha1.ApiServerBackup) (io.ReadCloser, error) {
 	s := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: BackupKeySecretName(b.Name)}, s); err != nil {
-		return nil, fmt.Errorf("reading the identity of backup %s (Secret %s): %w", b.Name, BackupKeySecretName(b.Name), err)
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: KeySecretName(b.Name)}, s); err != nil {
+		return nil, fmt.Errorf("reading the identity of backup %s (Secret %s): %w", b.Name, KeySecretName(b.Name), err)
 	}
 	if !metav1.IsControlledBy(s, b) {
 		return nil, fmt.Errorf("%w: Secret %s is not backup %s's own", backup.ErrCorrupt, s.Name, b.Name)
@@ -155,9 +155,9 @@ type readCloser struct {
 	io.Closer
 }
 
-// logStoreDetail logs what an archive store's failure in err was, which
+// LogStoreDetail logs what an archive store's failure in err was, which
 // status does not say (archives.StoreError).
-func logStoreDetail(ctx context.Context, obj client.Object, err error) {
+func LogStoreDetail(ctx context.Context, obj client.Object, err error) {
 	var store *archives.StoreError
 	if errors.As(err, &store) && store.Detail != nil {
 		ctrl.LoggerFrom(ctx).Info("An archive store failed", "object", klog.KObj(obj), "what", store.What, "location", store.Location, "error", store.Detail.Error())

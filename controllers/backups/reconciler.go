@@ -1,8 +1,9 @@
-package controllers
+package backups
 
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,7 +28,6 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/backup"
 	"github.com/apiserver-operator/apiserver-operator/controllers/archives"
-	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 )
@@ -36,8 +36,8 @@ import (
 // +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=apiserverbackups/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=controlplane.apiserver-operator.dev,resources=apiserverbackups/finalizers,verbs=update
 
-// BackupFinalizer removes a backup's archive with the backup.
-const BackupFinalizer = "controlplane.apiserver-operator.dev/archive"
+// Finalizer removes a backup's archive with the backup.
+const Finalizer = "controlplane.apiserver-operator.dev/archive"
 
 // Waits of a backup.
 const (
@@ -46,13 +46,13 @@ const (
 	backupRetry = 30 * time.Second
 )
 
-// ApiServerBackupReconciler takes each ApiServerBackup once: it reads every
+// Reconciler takes each ApiServerBackup once: it reads every
 // key under the tenant's prefix, on each etcd it stores in, at one
 // revision of each, with the Secrets that read and trust them, into an
 // archive sealed for an identity of the backup's own (a Secret, gone with
 // the backup), and stores it. A backup that completed or failed is never
 // taken again; deleting it removes its archive.
-type ApiServerBackupReconciler struct {
+type Reconciler struct {
 	Client client.Client
 	// APIReader reads the Secrets the operator does not cache (the etcd
 	// client Secret, the backup's identity).
@@ -70,16 +70,17 @@ type ApiServerBackupReconciler struct {
 	// S3Endpoints are the S3 endpoints the platform allows (see
 	// ArchivePlaces).
 	S3Endpoints []string
-	// Timeout bounds one backup (DefaultBackupTimeout when zero): one that
+	// Timeout bounds one backup (DefaultTimeout when zero): one that
 	// takes longer fails, and the worker goes on to the next.
 	Timeout time.Duration
-	// MaxBytes bounds one archive (DefaultMaxBackupBytes when zero): a
+	// MaxBytes bounds one archive (DefaultMaxBytes when zero): a
 	// backup whose archive would be larger fails, and keeps nothing.
 	MaxBytes int64
-	// Datastores are the platform's etcd datastores: a backup of a tenant
-	// on one reads as its root.
-	Datastores *datastores.Registry
-	// Workers is how many backups run at once (DefaultBackupWorkers when
+	// EtcdTLS is how a tenant's etcd is reached (datastores.TenantTLS on
+	// the platform's registry): a backup of a tenant on one of the
+	// platform's datastores reads as its root. Required.
+	EtcdTLS EtcdTLS
+	// Workers is how many backups run at once (DefaultWorkers when
 	// zero), one per namespace at most.
 	Workers int
 
@@ -88,18 +89,18 @@ type ApiServerBackupReconciler struct {
 	running map[string]bool
 }
 
-// DefaultBackupWorkers is how many backups run at once: each reads a whole
+// DefaultWorkers is how many backups run at once: each reads a whole
 // tenant, so a burst queues rather than loads every etcd at once, and
 // each namespace runs one at a time, so that one namespace's burst (or a
 // backup that hangs until its timeout) delays no other namespace's.
-const DefaultBackupWorkers = 4
+const DefaultWorkers = 4
 
 // backupTurnWait is how soon a backup whose namespace runs another looks
 // again.
 const backupTurnWait = 2 * time.Second
 
 // startIn takes the namespace's turn; false when a backup of it runs.
-func (r *ApiServerBackupReconciler) startIn(namespace string) bool {
+func (r *Reconciler) startIn(namespace string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.running[namespace] {
@@ -112,39 +113,39 @@ func (r *ApiServerBackupReconciler) startIn(namespace string) bool {
 	return true
 }
 
-func (r *ApiServerBackupReconciler) endIn(namespace string) {
+func (r *Reconciler) endIn(namespace string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.running, namespace)
 }
 
 // SetupWithManager registers the reconciler: Workers backups at a time,
-// one per namespace (DefaultBackupWorkers).
-func (r *ApiServerBackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+// one per namespace (DefaultWorkers).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ApiServerBackup{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, DefaultBackupWorkers)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, DefaultWorkers)}).
 		Complete(r)
 }
 
 // Reconcile takes the backup, or removes its archive when it is deleted.
-func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &v1alpha1.ApiServerBackup{}
 	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !b.DeletionTimestamp.IsZero() {
-		if !controllerutil.ContainsFinalizer(b, BackupFinalizer) {
+		if !controllerutil.ContainsFinalizer(b, Finalizer) {
 			return ctrl.Result{}, nil
 		}
 		if err := r.removeArchive(ctx, b); err != nil {
 			return ctrl.Result{}, err
 		}
 		patch := client.MergeFrom(b.DeepCopy())
-		controllerutil.RemoveFinalizer(b, BackupFinalizer)
+		controllerutil.RemoveFinalizer(b, Finalizer)
 		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, b, patch))
 	}
 	if b.Status.Phase == v1alpha1.BackupCompleted || b.Status.Phase == v1alpha1.BackupFailed {
@@ -158,9 +159,9 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if b.Status.Phase == v1alpha1.BackupCompleted || b.Status.Phase == v1alpha1.BackupFailed || !b.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	if !controllerutil.ContainsFinalizer(b, BackupFinalizer) {
+	if !controllerutil.ContainsFinalizer(b, Finalizer) {
 		patch := client.MergeFrom(b.DeepCopy())
-		controllerutil.AddFinalizer(b, BackupFinalizer)
+		controllerutil.AddFinalizer(b, Finalizer)
 		if err := r.Client.Patch(ctx, b, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer that removes the archive with the backup: %w", err)
 		}
@@ -178,11 +179,11 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{RequeueAfter: backupTurnWait}, nil
 	}
 	defer r.endIn(b.Namespace)
-	timeout := cmp.Or(r.Timeout, DefaultBackupTimeout)
+	timeout := cmp.Or(r.Timeout, DefaultTimeout)
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	wait, err := r.take(tctx, b)
 	if errors.Is(err, errTooLarge) {
-		err = fail("TooLarge", "the archive passed %d bytes (--backup-max-bytes), the most the platform keeps of one backup; its archive was not kept", cmp.Or(r.MaxBytes, DefaultMaxBackupBytes))
+		err = fail("TooLarge", "the archive passed %d bytes (--backup-max-bytes), the most the platform keeps of one backup; its archive was not kept", cmp.Or(r.MaxBytes, DefaultMaxBytes))
 	}
 	if err != nil && tctx.Err() != nil && ctx.Err() == nil {
 		err = fail("TimedOut", "the backup took longer than %s (--backup-timeout) and was stopped; its archive was not kept: ask the platform for a longer timeout, or back up less often", timeout)
@@ -195,7 +196,7 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		r.event(b, corev1.EventTypeWarning, failed.reason, "Backup", "%s", failed.Error())
 		err = nil
 	case err != nil:
-		logStoreDetail(ctx, b, err)
+		LogStoreDetail(ctx, b, err)
 		r.setPhase(b, v1alpha1.BackupRunning, "Retrying", "The backup failed and is retried: "+err.Error())
 	case wait > 0:
 		// setPhase was called by take with what it waits for.
@@ -210,12 +211,12 @@ func (r *ApiServerBackupReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return ctrl.Result{RequeueAfter: wait}, err
 }
 
-// DefaultBackupTimeout bounds one backup and one restore.
-const DefaultBackupTimeout = time.Hour
+// DefaultTimeout bounds one backup and one restore.
+const DefaultTimeout = time.Hour
 
-// DefaultMaxBackupBytes bounds one archive: the backup volume and buckets
+// DefaultMaxBytes bounds one archive: the backup volume and buckets
 // are shared by every namespace.
-const DefaultMaxBackupBytes = 8 << 30
+const DefaultMaxBytes = 8 << 30
 
 // errTooLarge: the archive passed its cap.
 var errTooLarge = errors.New("the archive is larger than the platform allows")
@@ -248,7 +249,7 @@ func fail(reason, format string, args ...any) error {
 }
 
 // take takes the backup; it returns how soon to look again when it waits.
-func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiServerBackup) (time.Duration, error) {
+func (r *Reconciler) take(ctx context.Context, b *v1alpha1.ApiServerBackup) (time.Duration, error) {
 	cfg := &v1alpha1.ApiServerConfig{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.ApiServerConfigName}, cfg); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -263,12 +264,12 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 		r.setPhase(b, v1alpha1.BackupRunning, "TenantNotStarted", fmt.Sprintf("ApiServerConfig %s has not started yet: it stored nothing to back up", cfg.Name))
 		return backupRetry, nil
 	}
-	held := dataKeyspace(cfg)
+	held := apiserver.WhereDataIs(cfg)
 	c, err := apiserver.Complete(held, apiserver.Inputs{})
 	if err != nil {
 		return 0, fail(v1alpha1.ReasonInvalidSpec, "the tenant's etcd cannot be found from its spec: %v", err)
 	}
-	tlsConfig, err := datastores.TenantTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, r.Clock.Now())
+	tlsConfig, err := r.EtcdTLS.of(ctx, cfg, &c.Spec.Etcd, r.Clock.Now())
 	if err != nil {
 		r.setPhase(b, v1alpha1.BackupRunning, v1alpha1.ReasonReferenceMissing, err.Error())
 		return backupRetry, nil
@@ -291,7 +292,7 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 		return 0, err
 	}
 	defer dest.Abort()
-	limit := cmp.Or(r.MaxBytes, DefaultMaxBackupBytes)
+	limit := cmp.Or(r.MaxBytes, DefaultMaxBytes)
 	capped := &cappedDestination{Destination: dest, limit: limit}
 	now := metav1.NewTime(r.Clock.Now())
 	b.Status.StartTime, b.Status.Prefix, b.Status.KeySecretName = &now, cfg.Status.DataPrefix, keySecret
@@ -366,7 +367,7 @@ func (r *ApiServerBackupReconciler) take(ctx context.Context, b *v1alpha1.ApiSer
 
 // tenantSecrets are the Secrets a restore needs (those deletionPolicy
 // Retain keeps), by role; only the tenant's own.
-func (r *ApiServerBackupReconciler) tenantSecrets(ctx context.Context, cfg *v1alpha1.ApiServerConfig) ([]backup.Secret, error) {
+func (r *Reconciler) tenantSecrets(ctx context.Context, cfg *v1alpha1.ApiServerConfig) ([]backup.Secret, error) {
 	var out []backup.Secret
 	for _, o := range apiserver.OwnedSecrets(cfg.Name) {
 		if !o.Retainable {
@@ -393,8 +394,8 @@ func (r *ApiServerBackupReconciler) tenantSecrets(ctx context.Context, cfg *v1al
 }
 
 // identity reads, or makes, the backup's identity Secret.
-func (r *ApiServerBackupReconciler) identity(ctx context.Context, b *v1alpha1.ApiServerBackup) (identity, name string, err error) {
-	name = BackupKeySecretName(b.Name)
+func (r *Reconciler) identity(ctx context.Context, b *v1alpha1.ApiServerBackup) (identity, name string, err error) {
+	name = KeySecretName(b.Name)
 	s := &corev1.Secret{}
 	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: name}, s)
 	switch {
@@ -424,20 +425,31 @@ func (r *ApiServerBackupReconciler) identity(ctx context.Context, b *v1alpha1.Ap
 	return identity, name, nil
 }
 
-// BackupKeySecretName is the Secret whose identity unseals the backup
+// EtcdTLS is how the operator reaches the etcd of spec, a tenant's (or
+// where its data is).
+type EtcdTLS func(ctx context.Context, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec, now time.Time) (*tls.Config, error)
+
+func (f EtcdTLS) of(ctx context.Context, cfg *v1alpha1.ApiServerConfig, spec *v1alpha1.EtcdSpec, now time.Time) (*tls.Config, error) {
+	if f == nil {
+		return nil, errors.New("the backup reconciler was set up without a way to reach the tenants' etcd (EtcdTLS): this is a bug of the operator")
+	}
+	return f(ctx, cfg, spec, now)
+}
+
+// KeySecretName is the Secret whose identity unseals the backup
 // name's archive.
-func BackupKeySecretName(name string) string { return name + "-backup-key" }
+func KeySecretName(name string) string { return name + "-backup-key" }
 
 // setPhase says where the backup stands: Ready once completed, Stalled
 // once failed, Reconciling meanwhile.
-func (r *ApiServerBackupReconciler) setPhase(b *v1alpha1.ApiServerBackup, phase, reason, message string) {
+func (r *Reconciler) setPhase(b *v1alpha1.ApiServerBackup, phase, reason, message string) {
 	b.Status.Phase, b.Status.ObservedGeneration = phase, b.Generation
-	meta.SetStatusCondition(&b.Status.Conditions, condition(v1alpha1.ConditionReady, phase == v1alpha1.BackupCompleted, reason, message, b.Generation))
-	meta.SetStatusCondition(&b.Status.Conditions, condition(v1alpha1.ConditionStalled, phase == v1alpha1.BackupFailed, reason, message, b.Generation))
-	meta.SetStatusCondition(&b.Status.Conditions, condition(v1alpha1.ConditionReconciling, phase == v1alpha1.BackupRunning, reason, message, b.Generation))
+	meta.SetStatusCondition(&b.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionReady, phase == v1alpha1.BackupCompleted, reason, message, b.Generation))
+	meta.SetStatusCondition(&b.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionStalled, phase == v1alpha1.BackupFailed, reason, message, b.Generation))
+	meta.SetStatusCondition(&b.Status.Conditions, v1alpha1.NewCondition(v1alpha1.ConditionReconciling, phase == v1alpha1.BackupRunning, reason, message, b.Generation))
 }
 
-func (r *ApiServerBackupReconciler) event(b *v1alpha1.ApiServerBackup, kind, reason, action, note string, args ...any) {
+func (r *Reconciler) event(b *v1alpha1.ApiServerBackup, kind, reason, action, note string, args ...any) {
 	if r.Recorder != nil {
 		r.Recorder.Eventf(b, nil, kind, reason, action, note, args...)
 	}
