@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -10,11 +9,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantmemory"
 )
 
 // DefaultKonnectivityWatchInterval is how often the konnectivity servers
@@ -52,15 +48,9 @@ const (
 // than agentCountsRefresh, so the steady state costs no pass and no API
 // request: one GET per server per interval.
 type agentWatch struct {
-	probe    KonnectivityProber
-	interval time.Duration
-	budget   rate.Limit
-	events   chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig]
-
-	mu      sync.Mutex
-	tenants map[types.NamespacedName]agentTarget
-	// rounds counts the completed looks at every server, for tests.
-	rounds int
+	*tenantmemory.Watch[agentTarget]
+	probe  KonnectivityProber
+	budget rate.Limit
 }
 
 // agentTarget is a tenant's konnectivity servers as its last pass saw
@@ -76,18 +66,9 @@ type agentTarget struct {
 }
 
 func newAgentWatch(probe KonnectivityProber, interval time.Duration) *agentWatch {
-	return &agentWatch{
-		probe:    probe,
-		interval: interval,
-		budget:   agentLooksPerSecond,
-		events:   make(chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig], 64),
-		tenants:  map[types.NamespacedName]agentTarget{},
-	}
-}
-
-// source brings back the tenants whose agents changed.
-func (w *agentWatch) source() source.Source {
-	return source.Channel(w.events, &handler.TypedEnqueueRequestForObject[*v1alpha1.ApiServerConfig]{})
+	w := &agentWatch{probe: probe, budget: agentLooksPerSecond}
+	w.Watch = tenantmemory.NewWatch(tenantmemory.WatchOptions[agentTarget]{Interval: interval, Look: w.look, Settle: settleAgents})
+	return w
 }
 
 // recent is the last look at key's servers when it is of the same pods
@@ -95,10 +76,8 @@ func (w *agentWatch) source() source.Source {
 // looking again (ok); else the last look, which a new one keeps what it
 // cannot count from for once.
 func (w *agentWatch) recent(key types.NamespacedName, servers []agentServer, now time.Time) (look, before agentLook, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	t, found := w.tenants[key]
-	if !found || !samePods(t.servers, servers) || now.Sub(t.look.at) >= w.interval {
+	t, found := w.Load(key)
+	if !found || !samePods(t.servers, servers) || now.Sub(t.look.at) >= w.Interval() {
 		return agentLook{}, t.look, false
 	}
 	return t.look, t.look, true
@@ -107,46 +86,29 @@ func (w *agentWatch) recent(key types.NamespacedName, servers []agentServer, now
 // record is what a pass wrote: the watch compares its next look with it.
 // It returns the pods of the previous record that are gone.
 func (w *agentWatch) record(key types.NamespacedName, servers []agentServer, countNodes func(context.Context) (int64, error), look agentLook) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	gone := podsGone(w.tenants[key].servers, servers)
-	w.tenants[key] = agentTarget{servers: slices.Clone(servers), countNodes: countNodes, look: look, written: look}
+	var gone []string
+	w.Update(key, func(before agentTarget, _ bool) agentTarget {
+		gone = podsGone(before.servers, servers)
+		return agentTarget{servers: slices.Clone(servers), countNodes: countNodes, look: look, written: look}
+	})
 	return gone
 }
 
 // forget stops looking at a tenant and returns its pods' names.
 func (w *agentWatch) forget(key types.NamespacedName) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	gone := podsGone(w.tenants[key].servers, nil)
-	delete(w.tenants, key)
-	return gone
+	before, _ := w.Take(key)
+	return podsGone(before.servers, nil)
 }
 
-// NeedLeaderElection: only the leader reconciles, so only it looks.
-func (w *agentWatch) NeedLeaderElection() bool { return true }
-
-// Start looks at every server once per interval until ctx ends, the first
-// time after a random part of the interval.
-func (w *agentWatch) Start(ctx context.Context) error {
-	everyInterval(ctx, w.interval, w.lookOnce)
-	return nil
-}
-
-// lookOnce looks at every tenant's servers, spread over the interval
-// within the budget, then counts the nodes of the tenants a ready server
-// of which holds no agent, and brings back the tenants whose look differs
-// from what their last pass wrote.
-func (w *agentWatch) lookOnce(ctx context.Context) {
-	w.mu.Lock()
-	targets := maps.Clone(w.tenants)
-	w.mu.Unlock()
+// look looks at every tenant's servers, spread over the interval within
+// the budget, then counts the nodes of the tenants a ready server of which
+// holds no agent.
+func (w *agentWatch) look(ctx context.Context, targets map[types.NamespacedName]agentTarget) map[types.NamespacedName]agentTarget {
 	looks := 0
 	for _, t := range targets {
 		looks += len(t.servers)
 	}
-	spread := rate.Limit(float64(looks) / w.interval.Seconds())
-	limiter := rate.NewLimiter(min(max(spread, 1), w.budget), 1)
+	limiter := tenantmemory.Spread(looks, w.Interval(), w.budget)
 
 	var mu sync.Mutex
 	agents := make(map[types.NamespacedName]map[string]*int32, len(targets))
@@ -183,17 +145,18 @@ func (w *agentWatch) lookOnce(ctx context.Context) {
 	}
 	_ = g.Wait() // the looks return no error
 	if ctx.Err() != nil {
-		return
+		return nil
 	}
 
-	found := make(map[types.NamespacedName]agentLook, len(targets))
+	found := make(map[types.NamespacedName]agentTarget, len(targets))
 	for key, t := range targets {
-		found[key] = agentLook{agents: agents[key], at: lookedAt[key]}.withGrace(t.look)
+		t.look = agentLook{agents: agents[key], at: lookedAt[key]}.withGrace(t.look)
+		found[key] = t
 	}
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(agentWatchConcurrency)
 	for key, t := range targets {
-		if t.countNodes == nil || !needsNodes(t.servers, found[key].agents) {
+		if t.countNodes == nil || !needsNodes(t.servers, found[key].look.agents) {
 			continue
 		}
 		if limiter.Wait(gctx) != nil {
@@ -202,52 +165,31 @@ func (w *agentWatch) lookOnce(ctx context.Context) {
 		g.Go(func() error {
 			nodes, graced := countWithGrace(gctx, t.countNodes, t.look)
 			mu.Lock()
-			l := found[key]
-			l.nodes, l.nodesGraced = nodes, graced
-			found[key] = l
+			f := found[key]
+			f.look.nodes, f.look.nodesGraced = nodes, graced
+			found[key] = f
 			mu.Unlock()
 			return nil
 		})
 	}
 	_ = g.Wait()
-	if ctx.Err() != nil {
-		return
-	}
-
-	now := time.Now()
-	for key, t := range targets {
-		look := found[key]
-		w.mu.Lock()
-		cur, ok := w.tenants[key]
-		// A tenant forgotten, whose pods changed, or that a pass looked at
-		// since keeps what its pass recorded, series included.
-		current := ok && slices.Equal(cur.servers, t.servers) && !cur.look.at.After(look.at)
-		bring := false
-		if current {
-			bring = decideAgents(t.servers, look) != decideAgents(t.servers, cur.written) ||
-				!sameCounts(look.agents, cur.written.agents) && now.Sub(cur.written.at) >= agentCountsRefresh
-			cur.look = look
-			w.tenants[key] = cur
-			recordAgentMetrics(key, t.servers, look)
-		}
-		w.mu.Unlock()
-		if !bring {
-			continue
-		}
-		if !bringBack(ctx, w.events, key) {
-			return
-		}
-	}
-	w.mu.Lock()
-	w.rounds++
-	w.mu.Unlock()
+	return found
 }
 
-// completedRounds is how many looks at every server have completed.
-func (w *agentWatch) completedRounds() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.rounds
+// settleAgents brings back a tenant whose look changes the condition its
+// pass wrote, or changes the counts status shows when those are older
+// than agentCountsRefresh. A tenant whose pods changed, or that a pass
+// looked at since, keeps what its pass recorded, series included.
+func settleAgents(key types.NamespacedName, seen, current, found agentTarget) (agentTarget, bool, bool) {
+	if !slices.Equal(current.servers, seen.servers) || current.look.at.After(found.look.at) {
+		return current, false, false
+	}
+	look := found.look
+	bring := decideAgents(seen.servers, look) != decideAgents(seen.servers, current.written) ||
+		!sameCounts(look.agents, current.written.agents) && time.Since(current.written.at) >= agentCountsRefresh
+	current.look = look
+	recordAgentMetrics(key, seen.servers, look)
+	return current, bring, true
 }
 
 // podsGone are the pods of before that are not in now.

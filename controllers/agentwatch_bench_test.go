@@ -69,7 +69,7 @@ func BenchmarkAgentWatch(b *testing.B) {
 	// The first round brings every tenant back (its look differs from the
 	// empty one recorded): drain those events.
 	go func() {
-		for range w.events {
+		for range w.Events() {
 		}
 	}()
 	var before, after syscall.Rusage
@@ -77,7 +77,7 @@ func BenchmarkAgentWatch(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	for range b.N {
-		w.lookOnce(context.Background())
+		w.Round(context.Background())
 	}
 	took := time.Since(start)
 	b.StopTimer()

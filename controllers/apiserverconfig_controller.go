@@ -158,34 +158,8 @@ type ApiServerConfigReconciler struct {
 	// knows none.
 	Datastores *datastores.Registry
 
-	// removedAPIs counts, per tenant, the calls that hold its upgrade.
-	removedAPIs removedAPIWatch
-
-	// etcdWatch brings a tenant back when its etcd goes away or returns.
-	etcdWatch *etcdWatch
-	// agentWatch brings a tenant with spec.konnectivity back when the
-	// agents its servers hold change.
-	agentWatch *agentWatch
-	// auditWatch brings a tenant with spec.audit.webhook back when its
-	// apiservers start or stop losing audit events.
-	auditWatch *auditWatch
-	// operatorCredentials are the operator's own admin credentials of the
-	// tenants that publish no admin kubeconfig.
-	operatorCredentials operatorCredentials
-
-	// applied remembers, per object, the resourceVersion the operator's last
-	// apply left, so that an object nobody changed is not applied again.
-	applied sync.Map
-	// generationSeen remembers when each ApiServerConfig's current
-	// generation was first reconciled, for the time-to-Ready histogram.
-	generationSeen sync.Map
-	// written remembers, per ApiServerConfig, the object as the operator's
-	// last write (finalizer or status) left it: see fresher.
-	written sync.Map
-	// etcdClientTLS keeps, per ApiServerConfig, the *tls.Config its last
-	// pass reached etcd with (nil without TLS), for deleteData when the
-	// client certificate's Secret is gone before it.
-	etcdClientTLS sync.Map
+	// memory is what the reconciler keeps per tenant between passes.
+	memory memory
 }
 
 // writtenConfig is an ApiServerConfig as a write of the operator left it,
@@ -203,16 +177,15 @@ type writtenConfig struct {
 // its own.
 func (r *ApiServerConfigReconciler) fresher(cfg *v1alpha1.ApiServerConfig) *v1alpha1.ApiServerConfig {
 	key := client.ObjectKeyFromObject(cfg)
-	v, ok := r.written.Load(key)
+	w, ok := r.memory.written.Load(key)
 	if !ok {
 		return cfg
 	}
-	w := v.(writtenConfig)
 	if slices.Contains(w.superseded, cfg.ResourceVersion) {
 		return w.obj.DeepCopy()
 	}
 	// The cache caught up with the write, or someone wrote after it.
-	r.written.Delete(key)
+	r.memory.written.Forget(key)
 	return cfg
 }
 
@@ -224,8 +197,8 @@ func (r *ApiServerConfigReconciler) remember(previous string, cfg *v1alpha1.ApiS
 	}
 	key := client.ObjectKeyFromObject(cfg)
 	superseded := []string{previous}
-	if v, ok := r.written.Load(key); ok {
-		if w := v.(writtenConfig); w.obj.ResourceVersion == previous {
+	if w, ok := r.memory.written.Load(key); ok {
+		if w.obj.ResourceVersion == previous {
 			// A chain of writes (finalizer, then status): the cache may
 			// still hold any version of it. A few are plenty.
 			// A copy: the recorded chain is shared with readers.
@@ -234,7 +207,7 @@ func (r *ApiServerConfigReconciler) remember(previous string, cfg *v1alpha1.ApiS
 	}
 	obj := cfg.DeepCopy()
 	obj.SetManagedFields(nil) // the server's answer has them; nothing reads them
-	r.written.Store(key, writtenConfig{obj: obj, superseded: superseded})
+	r.memory.written.Store(key, writtenConfig{obj: obj, superseded: superseded})
 }
 
 // generationStart is when a generation was first reconciled.
@@ -246,19 +219,16 @@ type generationStart struct {
 // trackTimeToReady observes, once per generation, the time from its first
 // reconcile to Ready for it.
 func (r *ApiServerConfigReconciler) trackTimeToReady(cfg *v1alpha1.ApiServerConfig, now time.Time) {
-	key := cfg.Namespace + "/" + cfg.Name
-	seen, ok := r.generationSeen.Load(key)
-	if !ok || seen.(generationStart).generation != cfg.Generation {
+	key := client.ObjectKeyFromObject(cfg)
+	seen, ok := r.memory.generationSeen.Load(key)
+	if !ok || seen.generation != cfg.Generation {
 		seen = generationStart{generation: cfg.Generation, at: now}
-		r.generationSeen.Store(key, seen)
+		r.memory.generationSeen.Store(key, seen)
 	}
 	ready := meta.FindStatusCondition(cfg.Status.Conditions, v1alpha1.ConditionReady)
-	if ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == cfg.Generation {
-		start := seen.(generationStart)
-		if !start.at.IsZero() {
-			timeToReady.Observe(now.Sub(start.at).Seconds())
-			r.generationSeen.Store(key, generationStart{generation: cfg.Generation})
-		}
+	if ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == cfg.Generation && !seen.at.IsZero() {
+		timeToReady.Observe(now.Sub(seen.at).Seconds())
+		r.memory.generationSeen.Store(key, generationStart{generation: cfg.Generation})
 	}
 }
 
@@ -322,22 +292,22 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(src)
 	}
 	if r.Etcd != nil {
-		r.etcdWatch = newEtcdWatch(r.Etcd, cmp.Or(r.EtcdWatchInterval, DefaultEtcdWatchInterval))
-		if err := mgr.Add(r.etcdWatch); err != nil {
+		r.memory.etcdWatch = newEtcdWatch(r.Etcd, cmp.Or(r.EtcdWatchInterval, DefaultEtcdWatchInterval))
+		if err := mgr.Add(r.memory.etcdWatch); err != nil {
 			return err
 		}
-		b = b.WatchesRawSource(r.etcdWatch.source())
+		b = b.WatchesRawSource(r.memory.etcdWatch.Source())
 	}
-	r.agentWatch = newAgentWatch(r.konnectivityProber(), cmp.Or(r.KonnectivityWatchInterval, DefaultKonnectivityWatchInterval))
-	if err := mgr.Add(r.agentWatch); err != nil {
+	r.memory.agentWatch = newAgentWatch(r.konnectivityProber(), cmp.Or(r.KonnectivityWatchInterval, DefaultKonnectivityWatchInterval))
+	if err := mgr.Add(r.memory.agentWatch); err != nil {
 		return err
 	}
-	b = b.WatchesRawSource(r.agentWatch.source())
-	r.auditWatch = newAuditWatch(cmp.Or(r.AuditWatchInterval, DefaultAuditWatchInterval))
-	if err := mgr.Add(r.auditWatch); err != nil {
+	b = b.WatchesRawSource(r.memory.agentWatch.Source())
+	r.memory.auditWatch = newAuditWatch(cmp.Or(r.AuditWatchInterval, DefaultAuditWatchInterval))
+	if err := mgr.Add(r.memory.auditWatch); err != nil {
 		return err
 	}
-	b = b.WatchesRawSource(r.auditWatch.source())
+	b = b.WatchesRawSource(r.memory.auditWatch.Source())
 	if err := mgr.Add(r.restorer().Runnable()); err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 		if err := r.claim(cfg, existing); err != nil {
 			return err
 		}
-		last, seen := r.applied.Load(key)
+		last, seen := r.lastApplied(cfg, key)
 		// An object written before proofs (see claimOf) is written once
 		// more, with its proof.
 		proven := !apiserver.NeedsProof(existing) || r.Ownership.Proven(cfg.Name, cfg.UID, existing)
@@ -61,7 +61,7 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 		if err != nil {
 			return err
 		}
-		if last, seen := r.applied.Load(key); live != nil && (!seen || last != live.GetResourceVersion()) {
+		if last, seen := r.lastApplied(cfg, key); live != nil && (!seen || last != live.GetResourceVersion()) {
 			// The tenant's own, but not as this pass knew it (it read its
 			// absence): what it decided (a new key?) must not replace it.
 			return fmt.Errorf("%T %s/%s exists but the operator's cache does not hold it (it was written a moment ago, or its labels put it outside this instance's --watch-filter): the pass is retried rather than writing over it",
@@ -78,7 +78,13 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(apiserver.FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 	}
-	r.applied.Store(key, desired.GetResourceVersion())
+	r.memory.applied.Update(client.ObjectKeyFromObject(cfg), func(objects map[string]string, _ bool) map[string]string {
+		if objects == nil {
+			objects = map[string]string{}
+		}
+		objects[key] = desired.GetResourceVersion()
+		return objects
+	})
 	// obj becomes the server's answer: the cache may not have it yet.
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(desired.Object, obj); err != nil {
 		return fmt.Errorf("reading back %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
@@ -86,9 +92,17 @@ func (r *ApiServerConfigReconciler) apply(ctx context.Context, cfg *v1alpha1.Api
 	return nil
 }
 
-// appliedKey names obj in r.applied.
+// appliedKey names obj among its tenant's applied objects.
 func appliedKey(obj client.Object) string {
 	return fmt.Sprintf("%T/%s/%s", obj, obj.GetNamespace(), obj.GetName())
+}
+
+// lastApplied is the resourceVersion the operator's last apply of cfg's
+// object key left, and whether it applied it.
+func (r *ApiServerConfigReconciler) lastApplied(cfg *v1alpha1.ApiServerConfig, key string) (string, bool) {
+	objects, _ := r.memory.applied.Load(client.ObjectKeyFromObject(cfg))
+	last, ok := objects[key]
+	return last, ok
 }
 
 // ownSecrets reads the Secrets the operator writes for cfg (CAs, keys,
@@ -107,7 +121,7 @@ func (o ownSecrets) Get(ctx context.Context, key client.ObjectKey, obj client.Ob
 	err := o.r.Client.Get(ctx, key, obj, opts...)
 	obj.SetNamespace(key.Namespace)
 	obj.SetName(key.Name)
-	last, written := o.r.applied.Load(appliedKey(obj))
+	last, written := o.r.lastApplied(o.cfg, appliedKey(obj))
 	if written && (err != nil || obj.GetResourceVersion() != last) {
 		err = o.r.APIReader.Get(ctx, key, obj, opts...)
 	}

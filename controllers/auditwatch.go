@@ -18,12 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantmemory"
 )
 
 // DefaultAuditWatchInterval is how often the audit counters of every
@@ -164,13 +162,8 @@ func readAudit(ctx context.Context, pods []agentServer, read auditReader, before
 // apiserver_operator_audit_events_lost_total. One GET of /metrics per
 // apiserver per interval, no write at rest.
 type auditWatch struct {
-	interval time.Duration
-	budget   rate.Limit
-	events   chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig]
-
-	mu      sync.Mutex
-	tenants map[types.NamespacedName]auditTarget
-	rounds  int
+	*tenantmemory.Watch[auditTarget]
+	budget rate.Limit
 }
 
 // auditTarget is a tenant's apiservers as its last pass saw them, how to
@@ -183,25 +176,9 @@ type auditTarget struct {
 }
 
 func newAuditWatch(interval time.Duration) *auditWatch {
-	return &auditWatch{
-		interval: interval,
-		budget:   auditReadsPerSecond,
-		events:   make(chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig], 64),
-		tenants:  map[types.NamespacedName]auditTarget{},
-	}
-}
-
-func (w *auditWatch) source() source.Source {
-	return source.Channel(w.events, &handler.TypedEnqueueRequestForObject[*v1alpha1.ApiServerConfig]{})
-}
-
-// NeedLeaderElection: only the leader reconciles, so only it reads.
-func (w *auditWatch) NeedLeaderElection() bool { return true }
-
-// Start reads every tenant once per interval until ctx ends.
-func (w *auditWatch) Start(ctx context.Context) error {
-	everyInterval(ctx, w.interval, w.readOnce)
-	return nil
+	w := &auditWatch{budget: auditReadsPerSecond}
+	w.Watch = tenantmemory.NewWatch(tenantmemory.WatchOptions[auditTarget]{Interval: interval, Look: w.look, Settle: settleAudit})
+	return w
 }
 
 // recent is the last look at key's apiservers when it is of the same pods,
@@ -210,11 +187,9 @@ func (w *auditWatch) Start(ctx context.Context) error {
 // one is compared with. A look that could not read a pod (one that was
 // not serving yet) is read again by the next pass.
 func (w *auditWatch) recent(key types.NamespacedName, pods []agentServer, now time.Time) (look, before auditLook, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	t, found := w.tenants[key]
+	t, found := w.Load(key)
 	allRead := !slices.ContainsFunc(pods, func(p agentServer) bool { return !t.look.read[p.pod] })
-	if !found || !samePods(t.pods, pods) || now.Sub(t.look.at) >= w.interval || !allRead {
+	if !found || !samePods(t.pods, pods) || now.Sub(t.look.at) >= w.Interval() || !allRead {
 		return auditLook{}, t.look, false
 	}
 	return t.look, t.look, true
@@ -222,29 +197,18 @@ func (w *auditWatch) recent(key types.NamespacedName, pods []agentServer, now ti
 
 // record is what a pass wrote.
 func (w *auditWatch) record(key types.NamespacedName, pods []agentServer, read auditReader, look auditLook, written auditDecision) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.tenants[key] = auditTarget{pods: slices.Clone(pods), read: read, look: look, written: written}
+	w.Store(key, auditTarget{pods: slices.Clone(pods), read: read, look: look, written: written})
 }
 
-func (w *auditWatch) forget(key types.NamespacedName) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.tenants, key)
-}
-
-// readOnce reads every tenant's apiservers, spread over the interval
-// within the budget, and brings back those whose condition moved.
-func (w *auditWatch) readOnce(ctx context.Context) {
-	w.mu.Lock()
-	targets := maps.Clone(w.tenants)
-	w.mu.Unlock()
+// look reads every tenant's apiservers, spread over the interval within
+// the budget.
+func (w *auditWatch) look(ctx context.Context, targets map[types.NamespacedName]auditTarget) map[types.NamespacedName]auditTarget {
 	reads := 0
 	for _, t := range targets {
 		reads += len(t.pods)
 	}
-	limiter := rate.NewLimiter(min(max(rate.Limit(float64(reads)/w.interval.Seconds()), 1), w.budget), 1)
-	looks := make(map[types.NamespacedName]auditLook, len(targets))
+	limiter := tenantmemory.Spread(reads, w.Interval(), w.budget)
+	found := make(map[types.NamespacedName]auditTarget, len(targets))
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(auditWatchConcurrency)
@@ -255,46 +219,30 @@ func (w *auditWatch) readOnce(ctx context.Context) {
 		g.Go(func() error {
 			l := readAudit(gctx, t.pods, t.read, t.look, limiter)
 			mu.Lock()
-			looks[key] = l
+			t.look = l
+			found[key] = t
 			mu.Unlock()
 			return nil
 		})
 	}
 	_ = g.Wait()
-	if ctx.Err() != nil {
-		return
-	}
-	for key, look := range looks {
-		w.mu.Lock()
-		cur, ok := w.tenants[key]
-		// A tenant forgotten, whose pods changed, or that a pass read since
-		// keeps what its pass recorded.
-		current := ok && samePods(cur.pods, targets[key].pods) && !cur.look.at.After(targets[key].look.at)
-		bring := false
-		if current {
-			cur.look = look
-			w.tenants[key] = cur
-			countAuditLoss(key, look)
-			// A new status, or new losses to report (a tenant that keeps
-			// losing events is written once a round, to say how many).
-			d := decideAudit(cur.pods, look)
-			bring = d.status != cur.written.status || d.reason != cur.written.reason ||
-				d.status == metav1.ConditionFalse && d.message != cur.written.message
-		}
-		w.mu.Unlock()
-		if bring && !bringBack(ctx, w.events, key) {
-			return
-		}
-	}
-	w.mu.Lock()
-	w.rounds++
-	w.mu.Unlock()
+	return found
 }
 
-func (w *auditWatch) completedRounds() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.rounds
+// settleAudit brings back a tenant whose condition moved, or that has new
+// losses to report (a tenant that keeps losing events is written once a
+// round, to say how many). A tenant whose pods changed, or that a pass
+// read since, keeps what its pass recorded.
+func settleAudit(key types.NamespacedName, seen, current, found auditTarget) (auditTarget, bool, bool) {
+	if !samePods(current.pods, seen.pods) || current.look.at.After(seen.look.at) {
+		return current, false, false
+	}
+	current.look = found.look
+	countAuditLoss(key, found.look)
+	d := decideAudit(current.pods, found.look)
+	bring := d.status != current.written.status || d.reason != current.written.reason ||
+		d.status == metav1.ConditionFalse && d.message != current.written.message
+	return current, bring, true
 }
 
 // countAuditLoss adds what l lost to the operator's counter.
@@ -346,8 +294,8 @@ func (r *ApiServerConfigReconciler) reconcileAudit(ctx context.Context, p *pass)
 	}
 	var look, before auditLook
 	ok := false
-	if r.auditWatch != nil {
-		look, before, ok = r.auditWatch.recent(key, pods, p.now)
+	if r.memory.auditWatch != nil {
+		look, before, ok = r.memory.auditWatch.recent(key, pods, p.now)
 	}
 	if !ok {
 		if read != nil {
@@ -360,8 +308,8 @@ func (r *ApiServerConfigReconciler) reconcileAudit(ctx context.Context, p *pass)
 		}
 	}
 	d := decideAudit(pods, look)
-	if r.auditWatch != nil {
-		r.auditWatch.record(key, pods, read, look, d)
+	if r.memory.auditWatch != nil {
+		r.memory.auditWatch.record(key, pods, read, look, d)
 	}
 	if d.status == metav1.ConditionFalse {
 		if prev := meta.FindStatusCondition(p.before.Status.Conditions, v1alpha1.ConditionAuditDelivered); prev == nil || prev.Status != metav1.ConditionFalse {
@@ -373,8 +321,8 @@ func (r *ApiServerConfigReconciler) reconcileAudit(ctx context.Context, p *pass)
 }
 
 func (r *ApiServerConfigReconciler) forgetAudit(key types.NamespacedName) {
-	if r.auditWatch != nil {
-		r.auditWatch.forget(key)
+	if r.memory.auditWatch != nil {
+		r.memory.auditWatch.Forget(key)
 	}
 	auditEventsLost.DeletePartialMatch(map[string]string{"namespace": key.Namespace, "name": key.Name})
 }

@@ -89,12 +89,11 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 	w.record(key, pods, f.read, first, d)
 	round := func() (bool, auditDecision) {
 		t.Helper()
-		w.readOnce(context.Background())
-		w.mu.Lock()
-		l := w.tenants[key].look
-		w.mu.Unlock()
+		w.Round(context.Background())
+		target, _ := w.Load(key)
+		l := target.look
 		select {
-		case e := <-w.events:
+		case e := <-w.Events():
 			if got := client.ObjectKeyFromObject(e.Object); got != key {
 				t.Fatalf("the watch brought back %v, want %v", got, key)
 			}
@@ -103,7 +102,10 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 			return false, decideAudit(pods, l)
 		}
 	}
-	written := func(d auditDecision) { w.record(key, pods, f.read, w.tenants[key].look, d) }
+	written := func(d auditDecision) {
+		target, _ := w.Load(key)
+		w.record(key, pods, f.read, target.look, d)
+	}
 	// Nothing lost since: True.
 	back, d := round()
 	if !back || d.status != metav1.ConditionTrue || d.reason != v1alpha1.ReasonAuditDelivering {
@@ -145,8 +147,8 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 			t.Errorf("apiserver_operator_audit_events_lost_total{plugin=%q} is %v, want %v", plugin, got, want)
 		}
 	}
-	if w.completedRounds() != 6 {
-		t.Errorf("%d rounds completed, want 6", w.completedRounds())
+	if w.CompletedRounds() != 6 {
+		t.Errorf("%d rounds completed, want 6", w.CompletedRounds())
 	}
 	// A pod that does not answer at all (not serving yet), and has
 	// nothing before: Unknown, and a pass reads it again rather than
@@ -168,13 +170,13 @@ func TestAuditWatch_BringsBackATenantThatStartsOrStopsLosingEvents(t *testing.T)
 	if _, _, ok := w.recent(otherKey, other, time.Now()); !ok {
 		t.Error("a look that read every pod is not taken as recent")
 	}
-	w.forget(otherKey)
+	w.Forget(otherKey)
 	if d := decideAudit(nil, auditLook{}); d.status != metav1.ConditionUnknown || d.message != "no apiserver pod runs" {
 		t.Errorf("no apiserver: %+v", d)
 	}
-	w.forget(key)
+	w.Forget(key)
 	reads := f.reads
-	w.readOnce(context.Background())
+	w.Round(context.Background())
 	if f.reads != reads {
 		t.Error("a forgotten tenant is still read")
 	}

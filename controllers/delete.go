@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"slices"
 	"strings"
@@ -75,8 +74,8 @@ func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1
 	if err := r.Client.Patch(ctx, cfg, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
 	}
-	forgetMetrics(cfg)
-	r.operatorCredentials.forget(client.ObjectKeyFromObject(cfg))
+	forgetMetrics(client.ObjectKeyFromObject(cfg))
+	r.memory.operatorCredentials.Forget(client.ObjectKeyFromObject(cfg))
 	return ctrl.Result{}, nil
 }
 
@@ -202,10 +201,8 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 	}
 	tlsConfig, err := datastores.TenantTLS(ctx, r.APIReader, r.Datastores, cfg, &c.Spec.Etcd, r.Clock.Now())
 	if err != nil {
-		if remembered, ok := r.etcdClientTLS.Load(client.ObjectKeyFromObject(cfg)); ok {
-			if kept, isTLS := remembered.(*tls.Config); isTLS {
-				tlsConfig, err = kept, nil
-			}
+		if kept, ok := r.memory.etcdClientTLS.Load(client.ObjectKeyFromObject(cfg)); ok {
+			tlsConfig, err = kept, nil
 		}
 	}
 	if err != nil {

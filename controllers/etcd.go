@@ -24,15 +24,15 @@ func (r *ApiServerConfigReconciler) reconcileEtcd(ctx context.Context, p *pass) 
 	}
 	// Kept for the deletion of the tenant's data, should the Secret go
 	// first (a namespace being deleted).
-	r.etcdClientTLS.Store(client.ObjectKeyFromObject(p.cfg), p.etcdTLS)
+	r.memory.etcdClientTLS.Store(client.ObjectKeyFromObject(p.cfg), p.etcdTLS)
 	if r.Etcd == nil {
 		return nil
 	}
 	p.obs.etcdChecked = true
 	endpoints := p.c.Etcd.Servers
 	p.obs.etcdErr = r.waitOnTenant(ctx, p, func() error { return r.Etcd.Check(ctx, endpoints, p.etcdTLS) })
-	if r.etcdWatch != nil {
-		r.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.etcdTLSID, tenantio.UnreachableEndpoint(p.obs.etcdErr))
+	if r.memory.etcdWatch != nil {
+		r.memory.etcdWatch.record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.etcdTLSID, tenantio.UnreachableEndpoint(p.obs.etcdErr))
 	}
 	if p.obs.etcdErr == nil {
 		// The tenant's etcd user gets its rights once the data check

@@ -3,21 +3,16 @@ package controllers
 import (
 	"context"
 	"crypto/tls"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantmemory"
 )
 
 // DefaultEtcdWatchInterval is how often every etcd server the tenants use
@@ -51,15 +46,9 @@ const (
 // looks are spread over the interval, from a random start, and bounded by
 // a budget per second.
 type etcdWatch struct {
-	probe    etcdProber
-	interval time.Duration
-	budget   rate.Limit
-	events   chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig]
-
-	mu      sync.Mutex
-	tenants map[types.NamespacedName]etcdTarget
-	// rounds counts the completed looks at every server, for tests.
-	rounds int
+	*tenantmemory.Watch[etcdTarget]
+	probe  etcdProber
+	budget rate.Limit
 }
 
 // etcdTarget is a tenant's etcd as its last pass saw it.
@@ -92,98 +81,37 @@ func newEtcdWatch(client tenantio.Etcd, interval time.Duration) *etcdWatch {
 	if v3, ok := client.(tenantio.EtcdV3); ok {
 		p = tenantio.NewConnections(v3, etcdConnectionsKept)
 	}
-	return &etcdWatch{
-		probe:    p,
-		interval: interval,
-		budget:   etcdChecksPerSecond,
-		events:   make(chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig], 64),
-		tenants:  map[types.NamespacedName]etcdTarget{},
-	}
+	return newEtcdWatchOf(p, interval, 0)
 }
 
-// source brings back the tenants whose etcd changed.
-func (w *etcdWatch) source() source.Source {
-	return source.Channel(w.events, &handler.TypedEnqueueRequestForObject[*v1alpha1.ApiServerConfig]{})
+// newEtcdWatchOf is the watch asking through probe, which can bring back
+// buffer tenants before they are taken (the default when zero).
+func newEtcdWatchOf(probe etcdProber, interval time.Duration, buffer int) *etcdWatch {
+	w := &etcdWatch{probe: probe, budget: etcdChecksPerSecond}
+	w.Watch = tenantmemory.NewWatch(tenantmemory.WatchOptions[etcdTarget]{
+		Interval: interval, Look: w.look, Settle: settleEtcd, Buffer: buffer,
+		AfterRound: etcdWatchRounds.Inc, Stop: probe.Close,
+	})
+	return w
 }
 
 // record is what a pass found: the watch compares its next look with it.
 func (w *etcdWatch) record(key types.NamespacedName, endpoints []string, tlsConfig *tls.Config, tlsID, unreachable string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.tenants[key] = etcdTarget{endpoints: slices.Clone(endpoints), tls: tlsConfig, tlsID: tlsID, unreachable: unreachable}
+	w.Store(key, etcdTarget{endpoints: slices.Clone(endpoints), tls: tlsConfig, tlsID: tlsID, unreachable: unreachable})
 }
 
-// forget stops looking at a tenant: deleted, or whose last pass did not
-// look at its etcd (what it would compare with is stale).
-func (w *etcdWatch) forget(key types.NamespacedName) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.tenants, key)
-}
-
-// NeedLeaderElection: only the leader reconciles, so only it looks.
-func (w *etcdWatch) NeedLeaderElection() bool { return true }
-
-// Start looks at every server once per interval until ctx ends, the first
-// time after a random part of the interval, so that operators started
-// together do not look together.
-func (w *etcdWatch) Start(ctx context.Context) error {
-	defer w.probe.Close()
-	everyInterval(ctx, w.interval, w.lookOnce)
-	return nil
-}
-
-// everyInterval runs round once per interval until ctx ends, the first
-// time after a random part of the interval, so that operators started
-// together do not look together. A round that took longer than the
-// interval (more than the budget allows in one) is followed by the next
-// at once.
-func everyInterval(ctx context.Context, interval time.Duration, round func(context.Context)) {
-	next := time.Now().Add(rand.N(interval)) //nolint:gosec // G404: a jitter, not a secret
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Until(next)):
-		}
-		start := time.Now()
-		round(ctx)
-		next = start.Add(interval)
-	}
-}
-
-// bringBack queues a pass of the tenant key on events; false when ctx
-// ended first.
-func bringBack(ctx context.Context, events chan<- event.TypedGenericEvent[*v1alpha1.ApiServerConfig], key types.NamespacedName) bool {
-	select {
-	case events <- event.TypedGenericEvent[*v1alpha1.ApiServerConfig]{Object: &v1alpha1.ApiServerConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
-	}}:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// lookOnce asks every server once, spread over the interval within the
-// budget, and brings back the tenants whose etcd does not answer as their
+// look asks every server once, spread over the interval within the
+// budget, and returns the tenants whose etcd does not answer as their
 // last pass found: an endpoint went away, came back, or another one is now
 // the one that does not answer.
-func (w *etcdWatch) lookOnce(ctx context.Context) {
-	w.mu.Lock()
-	targets := make(map[types.NamespacedName]etcdTarget, len(w.tenants))
+func (w *etcdWatch) look(ctx context.Context, targets map[types.NamespacedName]etcdTarget) map[types.NamespacedName]etcdTarget {
 	servers := map[etcdServer]*tls.Config{}
-	for k, t := range w.tenants {
-		targets[k] = t
+	for _, t := range targets {
 		for _, ep := range t.endpoints {
 			servers[etcdServer{ep, t.tlsID}] = t.tls
 		}
 	}
-	w.mu.Unlock()
-
-	// Evenly over the interval, or at the budget's rate if that is slower.
-	spread := rate.Limit(float64(len(servers)) / w.interval.Seconds())
-	limiter := rate.NewLimiter(min(max(spread, 1), w.budget), 1)
+	limiter := tenantmemory.Spread(len(servers), w.Interval(), w.budget)
 	var mu sync.Mutex
 	failed := map[etcdServer]error{}
 	g, gctx := errgroup.WithContext(ctx)
@@ -203,10 +131,7 @@ func (w *etcdWatch) lookOnce(ctx context.Context) {
 		})
 	}
 	_ = g.Wait() // the checks return no error
-	if ctx.Err() != nil {
-		return
-	}
-
+	found := map[types.NamespacedName]etcdTarget{}
 	for key, t := range targets {
 		unreachable := ""
 		for _, ep := range t.endpoints {
@@ -215,31 +140,19 @@ func (w *etcdWatch) lookOnce(ctx context.Context) {
 				break
 			}
 		}
-		if unreachable == t.unreachable {
-			continue
-		}
-		w.mu.Lock()
-		// Recorded as seen: the pass it brings records it again.
-		if cur, ok := w.tenants[key]; ok {
-			cur.unreachable = unreachable
-			w.tenants[key] = cur
-		}
-		w.mu.Unlock()
-		if !bringBack(ctx, w.events, key) {
-			return
+		if unreachable != t.unreachable {
+			t.unreachable = unreachable
+			found[key] = t
 		}
 	}
-	w.mu.Lock()
-	w.rounds++
-	w.mu.Unlock()
-	etcdWatchRounds.Inc()
+	return found
 }
 
-// completedRounds is how many looks at every server have completed.
-func (w *etcdWatch) completedRounds() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.rounds
+// settleEtcd brings back a tenant whose etcd answers otherwise than its
+// pass found, recorded as seen: the pass it brings records it again.
+func settleEtcd(_ types.NamespacedName, _, current, found etcdTarget) (etcdTarget, bool, bool) {
+	current.unreachable = found.unreachable
+	return current, true, true
 }
 
 // checkProber asks through an tenantio.Etcd's Check, a connection per look.

@@ -15,7 +15,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
@@ -150,8 +149,7 @@ func (c *countingProber) Close() {}
 // tenants that use the server that went away.
 func TestEtcdWatch_CostFollowsServersNotTenants(t *testing.T) {
 	prober := &countingProber{looks: map[etcdServer]int{}, down: map[string]bool{}}
-	w := &etcdWatch{probe: prober, interval: time.Second, budget: etcdChecksPerSecond,
-		events: make(chan event.TypedGenericEvent[*v1alpha1.ApiServerConfig], 20000), tenants: map[types.NamespacedName]etcdTarget{}}
+	w := newEtcdWatchOf(prober, time.Second, 20000)
 	const n = 10000
 	for i := range n {
 		key := types.NamespacedName{Namespace: fmt.Sprintf("t-%d", i), Name: "tenant"}
@@ -164,7 +162,7 @@ func TestEtcdWatch_CostFollowsServersNotTenants(t *testing.T) {
 			w.record(key, []string{"https://main:2379", "https://events:2379"}, nil, "a", "")
 		}
 	}
-	w.lookOnce(context.Background())
+	w.Round(context.Background())
 	if len(prober.looks) != 4 {
 		t.Fatalf("one round looked at %d servers, want 4: %v", len(prober.looks), prober.looks)
 	}
@@ -173,27 +171,27 @@ func TestEtcdWatch_CostFollowsServersNotTenants(t *testing.T) {
 			t.Fatalf("%v was looked at %d times in one round", s, k)
 		}
 	}
-	if len(w.events) != 0 {
-		t.Fatalf("%d tenants brought back while nothing changed", len(w.events))
+	if len(w.Events()) != 0 {
+		t.Fatalf("%d tenants brought back while nothing changed", len(w.Events()))
 	}
 
 	prober.down["https://events:2379"] = true
-	w.lookOnce(context.Background())
-	if got, want := len(w.events), n/4; got != want {
+	w.Round(context.Background())
+	if got, want := len(w.Events()), n/4; got != want {
 		t.Fatalf("the events etcd went away: %d tenants brought back, want the %d that use it", got, want)
 	}
-	for range len(w.events) {
-		e := <-w.events
+	for range len(w.Events()) {
+		e := <-w.Events()
 		if i, _ := strconv.Atoi(strings.TrimPrefix(e.Object.Namespace, "t-")); i%4 != 3 {
 			t.Fatalf("tenant %s was brought back, but does not use the events etcd", e.Object.Namespace)
 		}
 	}
 	// Seen once: the next round brings back nobody.
-	w.lookOnce(context.Background())
-	if len(w.events) != 0 {
-		t.Fatalf("an outage already seen brought back %d tenants again", len(w.events))
+	w.Round(context.Background())
+	if len(w.Events()) != 0 {
+		t.Fatalf("an outage already seen brought back %d tenants again", len(w.Events()))
 	}
-	if got := w.completedRounds(); got != 3 {
+	if got := w.CompletedRounds(); got != 3 {
 		t.Fatalf("%d rounds completed, want 3", got)
 	}
 }

@@ -171,14 +171,14 @@ func (r *ApiServerConfigReconciler) reconcileAgents(ctx context.Context, p *pass
 	}
 	var look, before agentLook
 	ok := false
-	if r.agentWatch != nil {
-		look, before, ok = r.agentWatch.recent(key, servers, p.now)
+	if r.memory.agentWatch != nil {
+		look, before, ok = r.memory.agentWatch.recent(key, servers, p.now)
 	}
 	if !ok {
 		look = r.lookAtAgents(ctx, servers, countNodes, p.now, before, p.gateLooks)
 	}
-	if r.agentWatch != nil {
-		for _, pod := range r.agentWatch.record(key, servers, countNodes, look) {
+	if r.memory.agentWatch != nil {
+		for _, pod := range r.memory.agentWatch.record(key, servers, countNodes, look) {
 			konnectivityAgents.DeleteLabelValues(key.Namespace, key.Name, pod)
 		}
 	}
@@ -265,10 +265,10 @@ func (r *ApiServerConfigReconciler) nodeCounter(p *pass) func(context.Context) (
 }
 
 func (r *ApiServerConfigReconciler) forgetAgents(key types.NamespacedName) {
-	if r.agentWatch == nil {
+	if r.memory.agentWatch == nil {
 		return
 	}
-	for _, pod := range r.agentWatch.forget(key) {
+	for _, pod := range r.memory.agentWatch.forget(key) {
 		konnectivityAgents.DeleteLabelValues(key.Namespace, key.Name, pod)
 	}
 }

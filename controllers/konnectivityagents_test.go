@@ -217,9 +217,9 @@ func TestAgentWatch_BringsBackATenantWhoseAgentsChanged(t *testing.T) {
 	defer w.forget(key)
 	round := func() bool {
 		t.Helper()
-		w.lookOnce(context.Background())
+		w.Round(context.Background())
 		select {
-		case e := <-w.events:
+		case e := <-w.Events():
 			if got := client.ObjectKeyFromObject(e.Object); got != key {
 				t.Fatalf("the watch brought back %v, want %v", got, key)
 			}
@@ -232,8 +232,8 @@ func TestAgentWatch_BringsBackATenantWhoseAgentsChanged(t *testing.T) {
 	if round() || counts != 0 {
 		t.Fatalf("a look that found what the pass wrote brought the tenant back (or counted its nodes %d times)", counts)
 	}
-	if w.completedRounds() != 1 {
-		t.Fatalf("%d rounds completed, want 1", w.completedRounds())
+	if w.CompletedRounds() != 1 {
+		t.Fatalf("%d rounds completed, want 1", w.CompletedRounds())
 	}
 	// One look without agents (a server that restarted) or one that
 	// fails changes nothing.

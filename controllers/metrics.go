@@ -52,8 +52,3 @@ func recordCertificateExpiry(cfg *v1alpha1.ApiServerConfig, certs []v1alpha1.Cer
 		certificateExpiry.WithLabelValues(cfg.Namespace, cfg.Name, c.Name).Set(float64(c.NotAfter.Unix()))
 	}
 }
-
-func forgetMetrics(cfg *v1alpha1.ApiServerConfig) {
-	certificateExpiry.DeletePartialMatch(prometheus.Labels{"namespace": cfg.Namespace, "name": cfg.Name})
-	sizingDecisions.DeletePartialMatch(prometheus.Labels{"namespace": cfg.Namespace, "name": cfg.Name})
-}

@@ -5,13 +5,11 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -398,9 +396,9 @@ func (r *ApiServerConfigReconciler) adminKeyPair(ctx context.Context, owner *v1a
 			return nil, fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, name, err)
 		}
 		existing = pki.KubeconfigKeyPair(s.Data[apiserver.KubeconfigKey])
-		r.operatorCredentials.forget(key)
+		r.memory.operatorCredentials.Forget(key)
 	} else {
-		existing = r.operatorCredentials.get(key)
+		existing, _ = r.memory.operatorCredentials.Load(key)
 	}
 	why := ""
 	if existing != nil {
@@ -420,38 +418,9 @@ func (r *ApiServerConfigReconciler) adminKeyPair(ctx context.Context, owner *v1a
 		return nil, fmt.Errorf("issuing the admin certificate: %w", err)
 	}
 	if !apiserver.PublishesAdminKubeconfig(c) {
-		r.operatorCredentials.keep(key, kp)
+		r.memory.operatorCredentials.Store(key, kp)
 	}
 	res.issued = append(res.issued, "admin"+why)
 	res.track("admin", kp.Cert(), percent)
 	return kp, nil
-}
-
-// operatorCredentials holds, for each tenant that publishes no admin
-// kubeconfig, the credential the operator itself calls the tenant with:
-// it lives only in the leader's memory, and a new leader issues its own.
-type operatorCredentials struct {
-	mu   sync.Mutex
-	byID map[types.NamespacedName]*pki.KeyPair
-}
-
-func (o *operatorCredentials) get(key types.NamespacedName) *pki.KeyPair {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.byID[key]
-}
-
-func (o *operatorCredentials) keep(key types.NamespacedName, kp *pki.KeyPair) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.byID == nil {
-		o.byID = map[types.NamespacedName]*pki.KeyPair{}
-	}
-	o.byID[key] = kp
-}
-
-func (o *operatorCredentials) forget(key types.NamespacedName) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.byID, key)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,15 +17,6 @@ import (
 // API the target minor removed before a held upgrade goes ahead.
 const DefaultRemovedAPIQuietPeriod = 10 * time.Minute
 
-// removedAPIWatch remembers, per tenant, what the pre-flight of its held
-// upgrade counted on each apiserver, so that it can tell when the calls
-// stopped. It lives in memory: after a restart the quiet period starts
-// again, which only holds an upgrade longer.
-type removedAPIWatch struct {
-	mu   sync.Mutex
-	seen map[types.NamespacedName]removedAPICount
-}
-
 // removedAPICount is the last count of calls to removed APIs before an
 // upgrade to target, per apiserver pod (by UID), and when a count last
 // grew.
@@ -36,36 +26,29 @@ type removedAPICount struct {
 	grewAt   time.Time
 }
 
-// observe records the requests each pod counted, and returns since when
-// no pod's count has grown. Each apiserver counts its own requests from
-// its start: a pod seen for the first time with calls counts as growth (a
-// new pod counts only new calls), a pod missing from this look keeps its
-// last count (it may be back, not ready for a moment), and a count lower
-// than before is a restarted apiserver, not a call.
-func (w *removedAPIWatch) observe(key types.NamespacedName, target string, requests map[types.UID]int64, now time.Time) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.seen == nil {
-		w.seen = map[types.NamespacedName]removedAPICount{}
-	}
-	last, ok := w.seen[key]
-	if !ok || last.target != target {
-		last = removedAPICount{target: target, requests: map[types.UID]int64{}, grewAt: now}
-	}
-	for uid, n := range requests {
-		if n > last.requests[uid] {
-			last.grewAt = now
+// observeRemovedAPIs records the requests each pod counted for the
+// tenant's upgrade to target, and returns since when no pod's count has
+// grown. Each apiserver counts its own requests from its start: a pod seen
+// for the first time with calls counts as growth (a new pod counts only
+// new calls), a pod missing from this look keeps its last count (it may be
+// back, not ready for a moment), and a count lower than before is a
+// restarted apiserver, not a call. The counts live in memory: after a
+// restart the quiet period starts again, which only holds an upgrade
+// longer.
+func (r *ApiServerConfigReconciler) observeRemovedAPIs(key types.NamespacedName, target string, requests map[types.UID]int64, now time.Time) time.Time {
+	last := r.memory.removedAPIs.Update(key, func(last removedAPICount, ok bool) removedAPICount {
+		if !ok || last.target != target {
+			last = removedAPICount{target: target, requests: map[types.UID]int64{}, grewAt: now}
 		}
-		last.requests[uid] = n
-	}
-	w.seen[key] = last
+		for uid, n := range requests {
+			if n > last.requests[uid] {
+				last.grewAt = now
+			}
+			last.requests[uid] = n
+		}
+		return last
+	})
 	return last.grewAt
-}
-
-func (w *removedAPIWatch) forget(key types.NamespacedName) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.seen, key)
 }
 
 // preflightUpgrade holds a minor upgrade that has not started while
@@ -80,7 +63,7 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 	v := p.obs.versions
 	target := p.c.Spec.Version
 	if !upgradeNotStarted(p) || p.cfg.Annotations[apiserver.AllowRemovedAPICallsAnnotation] == target {
-		r.removedAPIs.forget(key)
+		r.memory.removedAPIs.Forget(key)
 		return nil
 	}
 	api, err := r.tenants()(ctx, p)
@@ -108,14 +91,14 @@ func (r *ApiServerConfigReconciler) preflightUpgrade(ctx context.Context, p *pas
 	}
 	removed := apiserver.MergeRemovedAPICalls(lists...)
 	if len(removed) == 0 {
-		r.removedAPIs.forget(key)
+		r.memory.removedAPIs.Forget(key)
 		return nil
 	}
 	quiet := r.RemovedAPIQuietPeriod
 	if quiet == 0 {
 		quiet = DefaultRemovedAPIQuietPeriod
 	}
-	grewAt := r.removedAPIs.observe(key, target, perPod, p.now)
+	grewAt := r.observeRemovedAPIs(key, target, perPod, p.now)
 	if p.now.Sub(grewAt) >= quiet {
 		r.event(p.cfg, corev1.EventTypeNormal, v1alpha1.ReasonUpgrading, "Preflight",
 			"No new call to an API that %s removed for %s: the upgrade from %s goes ahead (calls counted: %s)", target, quiet, v.running, apiserver.DescribeRemovedAPICalls(removed))

@@ -151,7 +151,7 @@ func TestApiServerConfigReconciler_HoldsAMinorUpgradeWhileClientsCallRemovedAPIs
 // missing from a look, is no new call; a new pod with calls is; a new
 // target starts over.
 func TestRemovedAPIWatch(t *testing.T) {
-	var w removedAPIWatch
+	w := &ApiServerConfigReconciler{}
 	key := types.NamespacedName{Namespace: "n", Name: "t"}
 	t0 := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
 	steps := []struct {
@@ -171,12 +171,12 @@ func TestRemovedAPIWatch(t *testing.T) {
 		{"another target", "v1.38.0", map[types.UID]int64{"a": 13, "b": 0, "c": 1}, 7 * time.Minute, 7 * time.Minute},
 	}
 	for _, s := range steps {
-		if got := w.observe(key, s.target, s.requests, t0.Add(s.at)); !got.Equal(t0.Add(s.want)) {
+		if got := w.observeRemovedAPIs(key, s.target, s.requests, t0.Add(s.at)); !got.Equal(t0.Add(s.want)) {
 			t.Errorf("%s: the requests last grew at +%s, want +%s", s.name, got.Sub(t0), s.want)
 		}
 	}
-	w.forget(key)
-	if got := w.observe(key, "v1.38.0", map[types.UID]int64{"a": 13}, t0.Add(time.Hour)); !got.Equal(t0.Add(time.Hour)) {
+	w.memory.removedAPIs.Forget(key)
+	if got := w.observeRemovedAPIs(key, "v1.38.0", map[types.UID]int64{"a": 13}, t0.Add(time.Hour)); !got.Equal(t0.Add(time.Hour)) {
 		t.Errorf("after forget, the count starts over: +%s", got.Sub(t0))
 	}
 }

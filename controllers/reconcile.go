@@ -148,15 +148,7 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	cfg := &v1alpha1.ApiServerConfig{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cfg); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.written.Delete(req.NamespacedName)
-			r.etcdClientTLS.Delete(req.NamespacedName)
-			r.removedAPIs.forget(req.NamespacedName)
-			r.forgetAgents(req.NamespacedName)
-			r.forgetAudit(req.NamespacedName)
-			r.restorer().Forget(req.NamespacedName)
-			if r.etcdWatch != nil {
-				r.etcdWatch.forget(req.NamespacedName)
-			}
+			r.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -164,8 +156,8 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if paused(cfg) {
 		// Nothing is written, the deletion included; the etcd checks
 		// and the agents' count stop with the rest.
-		if r.etcdWatch != nil {
-			r.etcdWatch.forget(req.NamespacedName)
+		if r.memory.etcdWatch != nil {
+			r.memory.etcdWatch.Forget(req.NamespacedName)
 		}
 		r.forgetAgents(req.NamespacedName)
 		r.forgetAudit(req.NamespacedName)
@@ -179,8 +171,8 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{RequeueAfter: requeue}, err
 	}
 	if !cfg.DeletionTimestamp.IsZero() {
-		if r.etcdWatch != nil {
-			r.etcdWatch.forget(req.NamespacedName)
+		if r.memory.etcdWatch != nil {
+			r.memory.etcdWatch.Forget(req.NamespacedName)
 		}
 		r.forgetAgents(req.NamespacedName)
 		r.forgetAudit(req.NamespacedName)
@@ -226,8 +218,8 @@ func (r *ApiServerConfigReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			result.RequeueAfter = sooner(result.RequeueAfter, f.since.Add(p.obs.stallAfter).Sub(p.now)+time.Second)
 		}
 		r.trackTimeToReady(cfg, r.Clock.Now())
-		if r.etcdWatch != nil && !p.obs.etcdChecked {
-			r.etcdWatch.forget(req.NamespacedName)
+		if r.memory.etcdWatch != nil && !p.obs.etcdChecked {
+			r.memory.etcdWatch.Forget(req.NamespacedName)
 		}
 	}()
 	for _, s := range r.steps() {

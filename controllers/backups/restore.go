@@ -85,6 +85,9 @@ func (r *Restorer) Begin(t Target, b *v1alpha1.ApiServerBackup, keyspace string,
 // Forget stops and drops the tenant's restore.
 func (r *Restorer) Forget(key types.NamespacedName) { r.jobs.forget(key) }
 
+// Holds says whether a restore of the tenant is kept.
+func (r *Restorer) Holds(key types.NamespacedName) bool { return r.jobs.get(key) != nil }
+
 // Runnable runs the restores with the manager, on the leader only
 // (manager.LeaderElectionRunnable).
 func (r *Restorer) Runnable() manager.Runnable { return r.jobs }

@@ -320,6 +320,14 @@ func (d *Registry) RecordEnsured(user, what string, now time.Time) {
 	d.ensured[user] = ensuredUser{what: what, at: now}
 }
 
+// HoldsUser says whether anything of user is remembered.
+func (d *Registry) HoldsUser(user string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.ensured[user]
+	return ok
+}
+
 // ForgetUser forgets user, removed with its tenant.
 func (d *Registry) ForgetUser(user string) {
 	d.mu.Lock()
