@@ -1,8 +1,6 @@
 package apiserver
 
 import (
-	"cmp"
-	"path"
 	"strings"
 	"time"
 
@@ -55,7 +53,7 @@ func NewTenantEtcdPrefix(namespace, name string) string {
 // that prefix itself.
 func PrefixInNamespace(namespace, prefix string) bool {
 	own := NewTenantEtcdPrefix(namespace, "")
-	p := path.Join("/", cmp.Or(prefix, DefaultEtcdPrefix)) + "/"
+	p := CleanEtcdPrefix(prefix) + "/"
 	return strings.HasPrefix(p, own) && p != own
 }
 

@@ -1,10 +1,5 @@
 package apiserver
 
-import (
-	"cmp"
-	"path"
-)
-
 // Each tenant on an etcd that the platform runs with authentication gets
 // a user of its own, whose role may read and write only the tenant's keys:
 // etcd itself then keeps tenants apart, whatever a tenant's apiserver (or
@@ -37,7 +32,7 @@ type EtcdKeyRange struct {
 // the prefix's own key, not a neighbour whose prefix begins with the same
 // characters (/tenants/a and /tenants/ab).
 func EtcdRolePermissions(prefix string) []EtcdKeyRange {
-	under := KeysUnder(path.Join("/", cmp.Or(prefix, DefaultEtcdPrefix)))
+	under := KeysUnder(CleanEtcdPrefix(prefix))
 	return []EtcdKeyRange{{Key: under, End: prefixRangeEnd(under)}}
 }
 

@@ -33,7 +33,13 @@ type EtcdKeyspace struct {
 
 // KeyspaceOf is the keyspace of spec.etcd.
 func KeyspaceOf(spec *v1alpha1.EtcdSpec) EtcdKeyspace {
-	return EtcdKeyspace{Prefix: path.Join("/", cmp.Or(spec.Prefix, DefaultEtcdPrefix)), Addresses: EtcdAddresses(newEtcdPlacement(spec).Servers)}
+	return EtcdKeyspace{Prefix: CleanEtcdPrefix(spec.Prefix), Addresses: EtcdAddresses(newEtcdPlacement(spec).Servers)}
+}
+
+// CleanEtcdPrefix is spec.etcd.prefix (unset: the default) as
+// kube-apiserver keys objects under it: cleaned and rooted.
+func CleanEtcdPrefix(prefix string) string {
+	return path.Join("/", cmp.Or(prefix, DefaultEtcdPrefix))
 }
 
 // EtcdAddresses are the host:port of the etcd server URLs, the host in

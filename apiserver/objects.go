@@ -1,10 +1,16 @@
 package apiserver
 
 import (
+	"maps"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -93,6 +99,42 @@ func OwnedObjects(name string) []Owned {
 	}
 	for _, s := range OwnedSecrets(name) {
 		out = append(out, Owned{Kind: KindSecret, Name: s.Name, Retainable: s.Retainable})
+	}
+	return out
+}
+
+// Object is a Kubernetes object of a kind the operator writes (what
+// controller-runtime's client.Object is).
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// ownedKinds make an empty object of each kind of OwnedObjects.
+var ownedKinds = map[string]func() Object{
+	"PodDisruptionBudget": func() Object { return &policyv1.PodDisruptionBudget{} },
+	"NetworkPolicy":       func() Object { return &networkingv1.NetworkPolicy{} },
+	"Deployment":          func() Object { return &appsv1.Deployment{} },
+	"Service":             func() Object { return &corev1.Service{} },
+	KindConfigMap:         func() Object { return &corev1.ConfigMap{} },
+	KindSecret:            func() Object { return &corev1.Secret{} },
+}
+
+// NewOwned is an empty object of kind, one of OwnedObjects' kinds; nil for
+// another kind.
+func NewOwned(kind string) Object {
+	if f := ownedKinds[kind]; f != nil {
+		return f()
+	}
+	return nil
+}
+
+// OwnedKinds are an empty object of each kind of OwnedObjects, sorted by
+// kind: what the operator's cache holds and its controller owns.
+func OwnedKinds() []Object {
+	var out []Object
+	for _, k := range slices.Sorted(maps.Keys(ownedKinds)) {
+		out = append(out, ownedKinds[k]())
 	}
 	return out
 }

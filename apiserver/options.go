@@ -78,8 +78,11 @@ type Completed struct {
 	ServiceAccountIssuers []string
 	// Sizing is the cache sizing in force.
 	Sizing Sizing
-	// Etcd is where the tenant's data lives.
+	// Etcd is where the tenant's data lives: which servers store what.
 	Etcd EtcdPlacement
+	// Keyspace is where its keys are: its servers' addresses and its
+	// prefix, cleaned (KeyspaceOf the spec's etcd).
+	Keyspace EtcdKeyspace
 	// WatchFilter is the ApiServerConfig's WatchFilterLabel: the operator
 	// instance it belongs to, whose objects carry it too.
 	WatchFilter string
@@ -117,6 +120,7 @@ func Complete(cfg *v1alpha1.ApiServerConfig, in Inputs) (*Completed, error) {
 		c.Spec.Etcd.TLS = &v1alpha1.EtcdTLS{SecretName: EtcdUserSecretName(c.Name), CAKey: CABundleKey, CertKey: corev1.TLSCertKey, KeyKey: corev1.TLSPrivateKeyKey}
 	}
 	c.Etcd = newEtcdPlacement(&c.Spec.Etcd)
+	c.Keyspace = KeyspaceOf(&c.Spec.Etcd)
 	if c.Catalog, err = CatalogFor(v); err != nil {
 		return nil, err
 	}

@@ -8,10 +8,7 @@ import (
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -271,12 +268,6 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ApiServerConfig{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Owns(&appsv1.Deployment{}, owned).
-		Owns(&corev1.Service{}, owned).
-		Owns(&corev1.Secret{}, owned).
-		Owns(&corev1.ConfigMap{}, owned).
-		Owns(&policyv1.PodDisruptionBudget{}, owned).
-		Owns(&networkingv1.NetworkPolicy{}, owned).
 		// The apiserver pods say why a rollout does not progress, and when
 		// the last one of a hibernating tenant is gone.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podOwner)).
@@ -312,6 +303,10 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	b = b.WatchesRawSource(r.restores.Source())
+	// Every kind of the objects a tenant owns.
+	for _, o := range apiserver.OwnedKinds() {
+		b = b.Owns(o, owned)
+	}
 	return b.Named("apiserverconfig").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		Complete(r)

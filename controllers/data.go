@@ -28,7 +28,7 @@ func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) erro
 	if r.Etcd == nil {
 		return nil
 	}
-	keyspace := apiserver.KeyspaceOf(&p.c.Spec.Etcd)
+	keyspace := p.c.Keyspace
 	prefix := keyspace.Prefix
 	st := &p.cfg.Status
 	if st.DataPrefix == "" && p.current.Name != "" {
@@ -71,7 +71,7 @@ func (r *ApiServerConfigReconciler) checkData(ctx context.Context, p *pass) erro
 	}
 	// No restore goes on (spec.restore removed meanwhile).
 	r.restorer().Forget(client.ObjectKeyFromObject(p.cfg))
-	retained := kept != nil && kept.Prefix == prefix && kept.Overlaps(apiserver.KeyspaceOf(&p.c.Spec.Etcd))
+	retained := kept != nil && kept.Prefix == prefix && kept.Overlaps(p.c.Keyspace)
 	adopt := p.cfg.Annotations[v1alpha1.AdoptDataAnnotation] == prefix
 	var read *apiserver.Decrypter
 	if p.enc != nil {

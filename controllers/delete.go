@@ -9,8 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,12 +52,10 @@ func (r *ApiServerConfigReconciler) reconcileDelete(ctx context.Context, cfg *v1
 		return ctrl.Result{}, step("Delete", err)
 	}
 	for _, o := range apiserver.OwnedObjects(cfg.Name) {
-		obj, err := ownedObject(o.Kind)
-		if err != nil {
-			return ctrl.Result{}, step("Delete", err)
-		}
+		obj := apiserver.NewOwned(o.Kind)
 		obj.SetNamespace(cfg.Namespace)
 		obj.SetName(o.Name)
+		var err error
 		if retain && o.Retainable {
 			err = r.orphan(ctx, cfg, obj, stored)
 		} else {
@@ -135,10 +131,15 @@ const (
 // returns how soon to look again while it holds the data; 0 when the data
 // is gone.
 func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha1.ApiServerConfig) (time.Duration, error) {
-	for _, obj := range []client.Object{
-		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}},
-		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: apiserver.DeploymentName(cfg.Name)}},
-	} {
+	// The workload first (OwnedObjects' order), so that nothing writes
+	// under the prefix meanwhile.
+	for _, o := range apiserver.OwnedObjects(cfg.Name) {
+		if o.Kind != "PodDisruptionBudget" && o.Kind != "Deployment" {
+			continue
+		}
+		obj := apiserver.NewOwned(o.Kind)
+		obj.SetNamespace(cfg.Namespace)
+		obj.SetName(o.Name)
 		if err := r.deleteIfOwned(ctx, cfg, obj); err != nil {
 			return 0, step("Delete", err)
 		}
@@ -168,7 +169,7 @@ func (r *ApiServerConfigReconciler) deleteData(ctx context.Context, cfg *v1alpha
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonInvalidSpec,
 			fmt.Sprintf("The tenant's data is kept: its etcd keys cannot be found from the spec (%v); fix the spec, or set spec.deletionPolicy to Retain to keep the data and the keys that read it", err))
 	}
-	prefix := apiserver.KeyspaceOf(&c.Spec.Etcd).Prefix
+	prefix := c.Keyspace.Prefix
 	if prefix == "/" {
 		return deletionHeld, r.deletionStatus(ctx, cfg, true, v1alpha1.ReasonSharedKeyspace,
 			"The tenant's data is kept: its prefix is /, every key of its etcd, which the operator does not delete; delete them yourself and set spec.deletionPolicy to Retain")
@@ -306,23 +307,4 @@ func withEntry(m map[string]string, key, value string) map[string]string {
 	}
 	m[key] = value
 	return m
-}
-
-// ownedObject is an empty object of an owned kind.
-func ownedObject(kind string) (client.Object, error) {
-	switch kind {
-	case "PodDisruptionBudget":
-		return &policyv1.PodDisruptionBudget{}, nil
-	case "NetworkPolicy":
-		return &networkingv1.NetworkPolicy{}, nil
-	case "Deployment":
-		return &appsv1.Deployment{}, nil
-	case "Service":
-		return &corev1.Service{}, nil
-	case apiserver.KindConfigMap:
-		return &corev1.ConfigMap{}, nil
-	case apiserver.KindSecret:
-		return &corev1.Secret{}, nil
-	}
-	return nil, fmt.Errorf("the operator owns no %s", kind)
 }

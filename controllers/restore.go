@@ -76,7 +76,7 @@ func (r *ApiServerConfigReconciler) restore(ctx context.Context, p *pass, prefix
 	timeout := cmp.Or(r.BackupTimeout, backups.DefaultTimeout)
 	jobs := r.restorer()
 	key := client.ObjectKeyFromObject(p.cfg)
-	keyspace := apiserver.KeyspaceOf(&p.c.Spec.Etcd)
+	keyspace := p.c.Keyspace
 	where := fmt.Sprintf("%s|%v|%v", keyspace.Prefix, keyspace.Addresses, p.c.Etcd.Sets)
 	job := jobs.Job(key)
 	if job == nil || job.Backup != b.UID || job.Keyspace != where {

@@ -9,7 +9,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
+	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
 )
@@ -148,6 +151,50 @@ func TestRender_KonnectivitySampleLeavesTheKonnectivityCAOut(t *testing.T) {
 		"ca.crt: <generated in the cluster>", "apiserver-operator.dev/kubeconfig-hash: <generated in the cluster>", "name: edge-konnectivity-ca"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the rendering lacks %q", want)
+		}
+	}
+}
+
+// Every object render prints, which is what the operator applies, is one
+// of apiserver.OwnedObjects: the one list that deletion, admission's name
+// reservation, the tenant index and the cache follow. Each of its kinds
+// has an empty object (apiserver.NewOwned), which deletion needs.
+func TestRender_OnlyOwnedObjects(t *testing.T) {
+	samples, err := filepath.Glob(filepath.Join("..", "..", "config", "samples", "controlplane_v1alpha1_apiserverconfig_*.yaml"))
+	if err != nil || len(samples) == 0 {
+		t.Fatalf("no samples (%v)", err)
+	}
+	for _, path := range samples {
+		manifest, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg metav1.PartialObjectMetadata
+		if err := yaml.Unmarshal(manifest, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		owned := map[string]bool{}
+		for _, o := range apiserver.OwnedObjects(cfg.Name) {
+			owned[o.Kind+"/"+o.Name] = true
+			if apiserver.NewOwned(o.Kind) == nil {
+				t.Errorf("%s: no empty object of kind %s", o.Name, o.Kind)
+			}
+		}
+		rendered := 0
+		// Documents start at a line of their own (the agents' manifests,
+		// inside a ConfigMap, are indented).
+		for _, doc := range strings.Split(renderSample(t, filepath.Base(path)), "\n---\n")[1:] {
+			var obj metav1.PartialObjectMetadata
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+				t.Fatal(err)
+			}
+			rendered++
+			if !owned[obj.Kind+"/"+obj.Name] {
+				t.Errorf("%s: render writes %s %s, which apiserver.OwnedObjects(%q) does not list", filepath.Base(path), obj.Kind, obj.Name, cfg.Name)
+			}
+		}
+		if rendered < 4 {
+			t.Errorf("%s: %d objects rendered", filepath.Base(path), rendered)
 		}
 	}
 }

@@ -13,8 +13,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -45,25 +43,25 @@ func CacheOptions(watchFilter string, owners *apiserver.Ownership) cache.Options
 	// The apiserver pods carry the name label (they are the Deployment's,
 	// not the operator's, so they have no managed-by label).
 	apiserverPod, _ := labels.NewRequirement(apiserver.NameLabel, selection.Exists, nil)
-	return cache.Options{
-		ByObject: map[client.Object]cache.ByObject{
-			&v1alpha1.ApiServerConfig{}:         {Label: labels.NewSelector().Add(filter...)},
-			&v1alpha1.ApiServerBackup{}:         {Label: labels.NewSelector().Add(filter...)},
-			&v1alpha1.ApiServerBackupSchedule{}: {Label: labels.NewSelector().Add(filter...)},
-			&v1alpha1.AdminCredentialRequest{}:  {Label: labels.NewSelector().Add(filter...)},
-			&corev1.Pod{}:                       {Label: labels.NewSelector().Add(*apiserverPod), Transform: keepPodStatus},
-			// The apiservers' ReplicaSets, metadata only: which pods are
-			// the tenant's Deployment's (tenantPods).
-			ReplicaSetMetadata():            {Label: labels.NewSelector().Add(*apiserverPod), Transform: keepOwnership},
-			&corev1.Secret{}:                {Label: owned.Label, Transform: keepProven(owners)},
-			&corev1.ConfigMap{}:             owned,
-			&corev1.Service{}:               owned,
-			&appsv1.Deployment{}:            {Label: owned.Label, Transform: keepProven(owners)},
-			&policyv1.PodDisruptionBudget{}: owned,
-			&networkingv1.NetworkPolicy{}:   owned,
-		},
-		DefaultTransform: cache.TransformStripManagedFields(),
+	byObject := map[client.Object]cache.ByObject{
+		&v1alpha1.ApiServerConfig{}:         {Label: labels.NewSelector().Add(filter...)},
+		&v1alpha1.ApiServerBackup{}:         {Label: labels.NewSelector().Add(filter...)},
+		&v1alpha1.ApiServerBackupSchedule{}: {Label: labels.NewSelector().Add(filter...)},
+		&v1alpha1.AdminCredentialRequest{}:  {Label: labels.NewSelector().Add(filter...)},
+		&corev1.Pod{}:                       {Label: labels.NewSelector().Add(*apiserverPod), Transform: keepPodStatus},
+		// The apiservers' ReplicaSets, metadata only: which pods are the
+		// tenant's Deployment's (tenantPods).
+		ReplicaSetMetadata(): {Label: labels.NewSelector().Add(*apiserverPod), Transform: keepOwnership},
 	}
+	// Every kind a tenant owns: the operator's objects only, and a Secret
+	// or Deployment whole only with its proof.
+	for _, o := range apiserver.OwnedKinds() {
+		byObject[o] = owned
+		if apiserver.NeedsProof(o) {
+			byObject[o] = cache.ByObject{Label: owned.Label, Transform: keepProven(owners)}
+		}
+	}
+	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
 }
 
 // ReplicaSetMetadata is the metadata of a ReplicaSet, as the manager's
