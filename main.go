@@ -50,6 +50,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 	"github.com/apiserver-operator/apiserver-operator/controllers/webhooks"
 )
 
@@ -172,11 +173,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Serve the admission webhooks; turn off only where no webhook configuration points at this manager.")
 	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 1500*time.Millisecond,
 		"How long the webhook keeps serving after SIGTERM, its readiness failing meanwhile, so that the webhook Service stops sending it requests before it stops listening. Within the 2 s kubelet grants a forcibly deleted pod.")
-	fs.DurationVar(&o.etcdWatchInterval, "etcd-watch-interval", controllers.DefaultEtcdWatchInterval,
+	fs.DurationVar(&o.etcdWatchInterval, "etcd-watch-interval", tenantwatch.DefaultEtcdWatchInterval,
 		"How often every tenant's etcd servers are looked at between reconciles: an outage that changes nothing else (an override etcd down) is reported within it.")
-	fs.DurationVar(&o.agentWatchInterval, "konnectivity-watch-interval", controllers.DefaultKonnectivityWatchInterval,
+	fs.DurationVar(&o.agentWatchInterval, "konnectivity-watch-interval", tenantwatch.DefaultKonnectivityWatchInterval,
 		"How often the konnectivity servers of every tenant with spec.konnectivity are asked how many agents hold a tunnel to them (one GET of each server's /metrics, and a count of the tenant's nodes in etcd when a ready server holds none): status.konnectivity and the KonnectivityAgentsConnected condition follow the tenant's nodes within it.")
-	fs.DurationVar(&o.auditWatchInterval, "audit-watch-interval", controllers.DefaultAuditWatchInterval,
+	fs.DurationVar(&o.auditWatchInterval, "audit-watch-interval", tenantwatch.DefaultAuditWatchInterval,
 		"How often the audit error counters of every apiserver of a tenant with spec.audit.webhook are read (one GET of its /metrics): the AuditDelivered condition and apiserver_operator_audit_events_lost_total follow lost audit events within it.")
 	fs.BoolVar(&o.controllers, "controllers", true,
 		"Reconcile ApiServerConfigs. config/manager runs the controllers and the webhook as two processes of each pod (--webhooks=false in one, --controllers=false in the other), so that the death of the leading controller never fails an admission.")

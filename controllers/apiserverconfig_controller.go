@@ -31,6 +31,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/controllers/managercache"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps;services,verbs=get;list;watch;create;update;patch;delete
@@ -125,7 +126,7 @@ type ApiServerConfigReconciler struct {
 	// KonnectivityProbe counts the agents of an apiserver pod's
 	// konnectivity server, for its readiness gate and status
 	// (probeKonnectivityServer, on the pod's address, when nil).
-	KonnectivityProbe KonnectivityProber
+	KonnectivityProbe tenantwatch.KonnectivityProber
 	// KonnectivityWatchInterval is how often every tenant's konnectivity
 	// servers are looked at between passes
 	// (DefaultKonnectivityWatchInterval when zero).
@@ -283,18 +284,18 @@ func (r *ApiServerConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(src)
 	}
 	if r.Etcd != nil {
-		r.memory.etcdWatch = newEtcdWatch(r.Etcd, cmp.Or(r.EtcdWatchInterval, DefaultEtcdWatchInterval))
+		r.memory.etcdWatch = tenantwatch.NewEtcd(r.Etcd, cmp.Or(r.EtcdWatchInterval, tenantwatch.DefaultEtcdWatchInterval))
 		if err := mgr.Add(r.memory.etcdWatch); err != nil {
 			return err
 		}
 		b = b.WatchesRawSource(r.memory.etcdWatch.Source())
 	}
-	r.memory.agentWatch = newAgentWatch(r.konnectivityProber(), cmp.Or(r.KonnectivityWatchInterval, DefaultKonnectivityWatchInterval))
+	r.memory.agentWatch = tenantwatch.NewAgents(r.konnectivityProber(), cmp.Or(r.KonnectivityWatchInterval, tenantwatch.DefaultKonnectivityWatchInterval))
 	if err := mgr.Add(r.memory.agentWatch); err != nil {
 		return err
 	}
 	b = b.WatchesRawSource(r.memory.agentWatch.Source())
-	r.memory.auditWatch = newAuditWatch(cmp.Or(r.AuditWatchInterval, DefaultAuditWatchInterval))
+	r.memory.auditWatch = tenantwatch.NewAudit(cmp.Or(r.AuditWatchInterval, tenantwatch.DefaultAuditWatchInterval))
 	if err := mgr.Add(r.memory.auditWatch); err != nil {
 		return err
 	}

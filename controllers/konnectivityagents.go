@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -18,129 +17,21 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 )
-
-// agentServer is the konnectivity server of one apiserver pod.
-type agentServer struct {
-	pod, ip string
-	// ready: the pod takes requests, so calls to nodes go through its
-	// server.
-	ready bool
-}
-
-// agentLook is what a look at a tenant's servers found.
-type agentLook struct {
-	// agents by pod; nil for a server that could not be looked at.
-	agents map[string]*int32
-	// graced are the pods whose count is the look's before, kept for one
-	// look that failed, or found no agent where the one before found some
-	// (a server that restarted, an agent that redials): so that one GET
-	// does not flip the condition, nor send an event, and back.
-	graced map[string]bool
-	// nodes is the tenant's node count, counted only when a ready server
-	// holds no agent (needsNodes); nil when not counted. nodesGraced: the
-	// look before's, kept for one count that failed.
-	nodes       *int64
-	nodesGraced bool
-	at          time.Time
-}
-
-// withGrace keeps, for one look, what before found of a server this look
-// could not count, or found without an agent where before found some.
-func (l agentLook) withGrace(before agentLook) agentLook {
-	l.graced = map[string]bool{}
-	for pod, n := range l.agents {
-		prev := before.agents[pod]
-		if prev == nil || before.graced[pod] {
-			continue
-		}
-		if n == nil || (*n == 0 && *prev > 0) {
-			l.agents[pod], l.graced[pod] = prev, true
-		}
-	}
-	return l
-}
-
-// sameCounts reports whether a and b count the same agents at each server.
-func sameCounts(a, b map[string]*int32) bool {
-	return maps.EqualFunc(a, b, func(x, y *int32) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) })
-}
-
-// needsNodes: a ready server holds no agent, so whether the tenant has
-// nodes decides the condition.
-func needsNodes(servers []agentServer, agents map[string]*int32) bool {
-	for _, s := range servers {
-		if n := agents[s.pod]; s.ready && n != nil && *n == 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// samePods: a and b are the same pods at the same addresses (whether
-// they are ready may differ).
-func samePods(a, b []agentServer) bool {
-	return slices.EqualFunc(a, b, func(x, y agentServer) bool { return x.pod == y.pod && x.ip == y.ip })
-}
-
-// agentsDecision is the KonnectivityAgentsConnected condition.
-type agentsDecision struct {
-	status          metav1.ConditionStatus
-	reason, message string
-}
-
-// decideAgents says whether the tenant's nodes can be reached through the
-// agents, from what l found of servers: only ready servers count (a new
-// pod waits for an agent behind its readiness gate).
-func decideAgents(servers []agentServer, l agentLook) agentsDecision {
-	var without, unknown []string
-	with := 0
-	for _, s := range servers {
-		if !s.ready {
-			continue
-		}
-		switch n := l.agents[s.pod]; {
-		case n == nil:
-			unknown = append(unknown, s.pod)
-		case *n == 0:
-			without = append(without, s.pod)
-		default:
-			with++
-		}
-	}
-	switch {
-	case len(without) > 0 && l.nodes != nil && *l.nodes > 0:
-		return agentsDecision{metav1.ConditionFalse, v1alpha1.ReasonNoAgentConnected, fmt.Sprintf(
-			"the tenant has nodes but no konnectivity agent holds a tunnel to the konnectivity server of apiserver pod(s) %s: logs, exec, port-forward and webhooks served on nodes fail through them; check that the agents run on the nodes, reach the agents' Service and trust its certificate",
-			strings.Join(without, ", "))}
-	case len(without) > 0 && l.nodes != nil:
-		return agentsDecision{metav1.ConditionTrue, v1alpha1.ReasonNoNodes, "the tenant has no node, so no konnectivity agent is expected"}
-	case len(without) > 0:
-		return agentsDecision{metav1.ConditionUnknown, v1alpha1.ReasonAgentsNotCounted, fmt.Sprintf(
-			"the konnectivity server of apiserver pod(s) %s holds no agent's tunnel, and the tenant's nodes could not be counted in etcd", strings.Join(without, ", "))}
-	case len(unknown) > 0:
-		return agentsDecision{metav1.ConditionUnknown, v1alpha1.ReasonAgentsNotCounted, fmt.Sprintf(
-			"the konnectivity server of apiserver pod(s) %s could not be looked at", strings.Join(unknown, ", "))}
-	case with == 0:
-		return agentsDecision{metav1.ConditionUnknown, v1alpha1.ReasonAgentsNotCounted, "no apiserver pod is ready"}
-	}
-	// No counts here: they move with every node, and status.konnectivity
-	// and the gauge carry them.
-	return agentsDecision{metav1.ConditionTrue, v1alpha1.ReasonAgentsConnected, "agents hold tunnels to the konnectivity server of every ready apiserver pod"}
-}
 
 // konnectivityServers are the konnectivity servers of pods that run one
 // and can be reached, by pod name.
-func konnectivityServers(pods []corev1.Pod) []agentServer {
-	var out []agentServer
+func konnectivityServers(pods []corev1.Pod) []tenantwatch.Server {
+	var out []tenantwatch.Server
 	for i := range pods {
 		pod := &pods[i]
 		if pod.DeletionTimestamp != nil || podEnded(pod) || pod.Status.PodIP == "" || !runsKonnectivityServer(pod) {
 			continue
 		}
-		out = append(out, agentServer{pod: pod.Name, ip: pod.Status.PodIP, ready: podReady(pod)})
+		out = append(out, tenantwatch.Server{Pod: pod.Name, IP: pod.Status.PodIP, Ready: podReady(pod)})
 	}
-	slices.SortFunc(out, func(a, b agentServer) int { return strings.Compare(a.pod, b.pod) })
+	slices.SortFunc(out, func(a, b tenantwatch.Server) int { return strings.Compare(a.Pod, b.Pod) })
 	return out
 }
 
@@ -160,7 +51,7 @@ func (r *ApiServerConfigReconciler) reconcileAgents(ctx context.Context, p *pass
 	if p.cfg.Spec.Konnectivity == nil || ptr.Deref(p.cfg.Spec.MasterCount, 1) == 0 {
 		// Without the proxy, or hibernated: nothing to count.
 		p.cfg.Status.Konnectivity = nil
-		p.obs.agents = &agentsDecision{}
+		p.obs.agents = &tenantwatch.AgentsDecision{}
 		r.forgetAgents(key)
 		return nil
 	}
@@ -169,32 +60,32 @@ func (r *ApiServerConfigReconciler) reconcileAgents(ctx context.Context, p *pass
 	if r.Etcd != nil && p.obs.etcdChecked && p.obs.etcdErr == nil {
 		countNodes = r.nodeCounter(p)
 	}
-	var look, before agentLook
+	var look, before tenantwatch.AgentLook
 	ok := false
 	if r.memory.agentWatch != nil {
-		look, before, ok = r.memory.agentWatch.recent(key, servers, p.now)
+		look, before, ok = r.memory.agentWatch.Recent(key, servers, p.now)
 	}
 	if !ok {
 		look = r.lookAtAgents(ctx, servers, countNodes, p.now, before, p.gateLooks)
 	}
 	if r.memory.agentWatch != nil {
-		for _, pod := range r.memory.agentWatch.record(key, servers, countNodes, look) {
-			konnectivityAgents.DeleteLabelValues(key.Namespace, key.Name, pod)
+		for _, pod := range r.memory.agentWatch.Record(key, servers, countNodes, look) {
+			tenantwatch.KonnectivityAgents.DeleteLabelValues(key.Namespace, key.Name, pod)
 		}
 	}
-	recordAgentMetrics(key, servers, look)
+	tenantwatch.RecordAgents(key, servers, look)
 
 	st := &v1alpha1.KonnectivityStatus{}
 	for _, s := range servers {
-		st.Servers = append(st.Servers, v1alpha1.KonnectivityServerStatus{Pod: s.pod, Agents: look.agents[s.pod], Ready: s.ready})
+		st.Servers = append(st.Servers, v1alpha1.KonnectivityServerStatus{Pod: s.Pod, Agents: look.Agents[s.Pod], Ready: s.Ready})
 	}
 	p.cfg.Status.Konnectivity = st
-	d := decideAgents(servers, look)
-	if d.status == metav1.ConditionFalse {
+	d := tenantwatch.DecideAgents(servers, look)
+	if d.Status == metav1.ConditionFalse {
 		// Once per fall from True (or a first look), not on each return
 		// from Unknown.
 		if prev := meta.FindStatusCondition(p.before.Status.Conditions, v1alpha1.ConditionKonnectivityAgentsConnected); prev == nil || prev.Status == metav1.ConditionTrue {
-			r.event(p.cfg, corev1.EventTypeWarning, d.reason, "Agents", "%s", d.message)
+			r.event(p.cfg, corev1.EventTypeWarning, d.Reason, "Agents", "%s", d.Message)
 		}
 	}
 	p.obs.agents = &d
@@ -205,10 +96,10 @@ func (r *ApiServerConfigReconciler) reconcileAgents(ctx context.Context, p *pass
 // this pass are taken from looks), all within one probe timeout, and
 // counts the tenant's nodes when needsNodes says so; before gives a
 // server or a count that fails once its grace (agentLook.withGrace).
-func (r *ApiServerConfigReconciler) lookAtAgents(ctx context.Context, servers []agentServer, countNodes func(context.Context) (int64, error), now time.Time, before agentLook, looks map[string]serverLook) agentLook {
-	var missing []agentServer
+func (r *ApiServerConfigReconciler) lookAtAgents(ctx context.Context, servers []tenantwatch.Server, countNodes func(context.Context) (int64, error), now time.Time, before tenantwatch.AgentLook, looks map[string]serverLook) tenantwatch.AgentLook {
+	var missing []tenantwatch.Server
 	for _, s := range servers {
-		if _, ok := looks[s.pod]; !ok {
+		if _, ok := looks[s.Pod]; !ok {
 			missing = append(missing, s)
 		}
 	}
@@ -222,30 +113,18 @@ func (r *ApiServerConfigReconciler) lookAtAgents(ctx context.Context, servers []
 		}
 		maps.Copy(looks, more)
 	}
-	l := agentLook{agents: make(map[string]*int32, len(servers)), at: now}
+	l := tenantwatch.AgentLook{Agents: make(map[string]*int32, len(servers)), At: now}
 	for _, s := range servers {
-		l.agents[s.pod] = nil
-		if found := looks[s.pod]; found.err == nil {
-			l.agents[s.pod] = &found.agents
+		l.Agents[s.Pod] = nil
+		if found := looks[s.Pod]; found.err == nil {
+			l.Agents[s.Pod] = &found.agents
 		}
 	}
-	l = l.withGrace(before)
-	if countNodes != nil && needsNodes(servers, l.agents) {
-		l.nodes, l.nodesGraced = countWithGrace(ctx, countNodes, before)
+	l = l.WithGrace(before)
+	if countNodes != nil && tenantwatch.NeedsNodes(servers, l.Agents) {
+		l.Nodes, l.NodesGraced = tenantwatch.CountWithGrace(ctx, countNodes, before)
 	}
 	return l
-}
-
-// countWithGrace counts the tenant's nodes; a count that fails is before's
-// for once (graced).
-func countWithGrace(ctx context.Context, countNodes func(context.Context) (int64, error), before agentLook) (nodes *int64, graced bool) {
-	if n, err := countNodes(ctx); err == nil {
-		return &n, false
-	}
-	if before.nodes != nil && !before.nodesGraced {
-		return before.nodes, true
-	}
-	return nil, false
 }
 
 // nodeCounter counts the tenant's nodes in its etcd, as Auto sizing does.
@@ -268,24 +147,12 @@ func (r *ApiServerConfigReconciler) forgetAgents(key types.NamespacedName) {
 	if r.memory.agentWatch == nil {
 		return
 	}
-	for _, pod := range r.memory.agentWatch.forget(key) {
-		konnectivityAgents.DeleteLabelValues(key.Namespace, key.Name, pod)
-	}
-}
-
-// recordAgentMetrics sets the agents gauge of each server looked at; a
-// server that could not be looked at has no series.
-func recordAgentMetrics(key types.NamespacedName, servers []agentServer, l agentLook) {
-	for _, s := range servers {
-		if n := l.agents[s.pod]; n != nil {
-			konnectivityAgents.WithLabelValues(key.Namespace, key.Name, s.pod).Set(float64(*n))
-		} else {
-			konnectivityAgents.DeleteLabelValues(key.Namespace, key.Name, s.pod)
-		}
+	for _, pod := range r.memory.agentWatch.ForgetPods(key) {
+		tenantwatch.KonnectivityAgents.DeleteLabelValues(key.Namespace, key.Name, pod)
 	}
 }
 
 // agentsCondition is KonnectivityAgentsConnected as d decided it.
-func agentsCondition(d agentsDecision, generation int64) metav1.Condition {
-	return metav1.Condition{Type: v1alpha1.ConditionKonnectivityAgentsConnected, Status: d.status, Reason: d.reason, Message: d.message, ObservedGeneration: generation}
+func agentsCondition(d tenantwatch.AgentsDecision, generation int64) metav1.Condition {
+	return metav1.Condition{Type: v1alpha1.ConditionKonnectivityAgentsConnected, Status: d.Status, Reason: d.Reason, Message: d.Message, ObservedGeneration: generation}
 }

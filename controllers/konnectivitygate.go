@@ -19,13 +19,10 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
-
-// KonnectivityProber counts the agents that hold a tunnel to the
-// konnectivity server of the apiserver pod at podIP.
-type KonnectivityProber func(ctx context.Context, podIP string) (int32, error)
 
 const (
 	// konnectivityGateTimeout is how long a new apiserver waits for an
@@ -113,9 +110,9 @@ func (r *ApiServerConfigReconciler) gateKonnectivityPods(ctx context.Context, cf
 	if len(waiting) == 0 {
 		return 0, nil
 	}
-	servers := make([]agentServer, len(gated))
+	servers := make([]tenantwatch.Server, len(gated))
 	for i, pod := range gated {
-		servers[i] = agentServer{pod: pod.Name, ip: pod.Status.PodIP}
+		servers[i] = tenantwatch.Server{Pod: pod.Name, IP: pod.Status.PodIP}
 	}
 	looks := r.lookAtKonnectivityServers(ctx, servers)
 	anyAgent, unknown := false, 0
@@ -202,7 +199,7 @@ type serverLook struct {
 
 // lookAtKonnectivityServers looks at servers, a few side by side, by pod
 // name; a server that cannot be looked at has an error.
-func (r *ApiServerConfigReconciler) lookAtKonnectivityServers(ctx context.Context, servers []agentServer) map[string]serverLook {
+func (r *ApiServerConfigReconciler) lookAtKonnectivityServers(ctx context.Context, servers []tenantwatch.Server) map[string]serverLook {
 	probe := r.konnectivityProber()
 	out := make(map[string]serverLook, len(servers))
 	var mu sync.Mutex
@@ -213,13 +210,13 @@ func (r *ApiServerConfigReconciler) lookAtKonnectivityServers(ctx context.Contex
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			n, err := probe(ctx, s.ip)
+			n, err := probe(ctx, s.IP)
 			if err != nil {
-				ctrl.LoggerFrom(ctx).V(4).Info("Looking at a konnectivity server failed", "pod", s.pod, "error", err.Error())
+				ctrl.LoggerFrom(ctx).V(4).Info("Looking at a konnectivity server failed", "pod", s.Pod, "error", err.Error())
 				n = 0
 			}
 			mu.Lock()
-			out[s.pod] = serverLook{connected: n > 0, agents: n, err: err}
+			out[s.Pod] = serverLook{connected: n > 0, agents: n, err: err}
 			mu.Unlock()
 		}()
 	}
@@ -284,7 +281,7 @@ func (r *ApiServerConfigReconciler) setKonnectivityGate(ctx context.Context, pod
 	return nil
 }
 
-func (r *ApiServerConfigReconciler) konnectivityProber() KonnectivityProber {
+func (r *ApiServerConfigReconciler) konnectivityProber() tenantwatch.KonnectivityProber {
 	if r.KonnectivityProbe != nil {
 		return r.KonnectivityProbe
 	}

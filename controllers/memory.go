@@ -10,6 +10,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/pki"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantmemory"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 )
 
 // memory is everything the tenant reconciler keeps per tenant between
@@ -39,13 +40,13 @@ type memory struct {
 	operatorCredentials tenantmemory.Map[*pki.KeyPair]
 
 	// etcdWatch brings a tenant back when its etcd goes away or returns.
-	etcdWatch *etcdWatch
+	etcdWatch *tenantwatch.Etcd
 	// agentWatch brings a tenant with spec.konnectivity back when the
 	// agents its servers hold change.
-	agentWatch *agentWatch
+	agentWatch *tenantwatch.Agents
 	// auditWatch brings a tenant with spec.audit.webhook back when its
 	// apiservers start or stop losing audit events.
-	auditWatch *auditWatch
+	auditWatch *tenantwatch.Audit
 }
 
 // namedStore is a store of the tenant reconciler's memory, by name.
@@ -103,7 +104,7 @@ func (r *ApiServerConfigReconciler) holds(key types.NamespacedName) []string {
 
 // tenantSeries are the operator's metric vectors with a series per
 // tenant (labels namespace and name).
-var tenantSeries = []*prometheus.MetricVec{certificateExpiry.MetricVec, sizingDecisions.MetricVec, konnectivityAgents.MetricVec, auditEventsLost.MetricVec}
+var tenantSeries = []*prometheus.MetricVec{certificateExpiry.MetricVec, sizingDecisions.MetricVec, tenantwatch.KonnectivityAgents.MetricVec, tenantwatch.AuditEventsLost.MetricVec}
 
 // forgetMetrics drops the tenant's series.
 func forgetMetrics(key types.NamespacedName) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantmemory"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 )
 
 // TestMemory_OneOwnerOfWhatIsKeptPerTenant: the reconciler keeps nothing
@@ -31,7 +32,7 @@ func TestMemory_OneOwnerOfWhatIsKeptPerTenant(t *testing.T) {
 		}
 	}
 	r := &ApiServerConfigReconciler{}
-	r.memory.etcdWatch, r.memory.agentWatch, r.memory.auditWatch = newEtcdWatch(nil, time.Second), newAgentWatch(nil, time.Second), newAuditWatch(time.Second)
+	r.memory.etcdWatch, r.memory.agentWatch, r.memory.auditWatch = tenantwatch.NewEtcd(nil, time.Second), tenantwatch.NewAgents(nil, time.Second), tenantwatch.NewAudit(time.Second)
 	var names []string
 	for _, s := range r.stores() {
 		names = append(names, s.name)

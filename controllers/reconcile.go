@@ -385,10 +385,10 @@ func (r *ApiServerConfigReconciler) writeStatus(ctx context.Context, before, cfg
 			meta.FindStatusCondition(cfg.Status.Conditions, c.Type).LastTransitionTime = c.LastTransitionTime
 		}
 	}
-	if obs.agents != nil && obs.agents.status == "" {
+	if obs.agents != nil && obs.agents.Status == "" {
 		meta.RemoveStatusCondition(&cfg.Status.Conditions, v1alpha1.ConditionKonnectivityAgentsConnected)
 	}
-	if obs.audit != nil && obs.audit.status == "" {
+	if obs.audit != nil && obs.audit.Status == "" {
 		meta.RemoveStatusCondition(&cfg.Status.Conditions, v1alpha1.ConditionAuditDelivered)
 	}
 	if v := obs.versions; v.running != "" {

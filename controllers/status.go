@@ -12,6 +12,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/rotation"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 )
 
 // observations are what one reconcile pass found and did; each condition
@@ -56,11 +57,11 @@ type observations struct {
 	// agents is KonnectivityAgentsConnected as decided, with no status
 	// when the tenant has no spec.konnectivity (the condition goes); nil
 	// when the pass did not get to look.
-	agents *agentsDecision
+	agents *tenantwatch.AgentsDecision
 	// audit is AuditDelivered as decided, with no status when the tenant
 	// has no spec.audit.webhook (the condition goes); nil when the pass
 	// did not get to look.
-	audit *auditDecision
+	audit *tenantwatch.AuditDecision
 }
 
 // encryptionObservation is what the Encrypted condition reports.
@@ -319,10 +320,10 @@ func conditions(o observations) []metav1.Condition {
 		etcdCondition(o), availableCondition(o), progressingCondition(o), degradedCondition(o),
 		encryptedCondition(o),
 	}
-	if o.agents != nil && o.agents.status != "" {
+	if o.agents != nil && o.agents.Status != "" {
 		out = append(out, agentsCondition(*o.agents, o.generation))
 	}
-	if o.audit != nil && o.audit.status != "" {
+	if o.audit != nil && o.audit.Status != "" {
 		out = append(out, auditCondition(*o.audit, o.generation))
 	}
 	return out

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -241,4 +244,14 @@ func CredentialRequest(ns, name, tenantName, user string, seconds int32, groups 
 // RequestReady is the Ready condition of acr, or nil.
 func RequestReady(acr *v1alpha1.AdminCredentialRequest) *metav1.Condition {
 	return meta.FindStatusCondition(acr.Status.Conditions, v1alpha1.ConditionReady)
+}
+
+// CounterValue is what counter counts.
+func CounterValue(t *testing.T, counter prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := counter.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

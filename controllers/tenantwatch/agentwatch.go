@@ -1,4 +1,4 @@
-package controllers
+package tenantwatch
 
 import (
 	"context"
@@ -38,7 +38,7 @@ const (
 	agentLooksPerSecond = 100
 )
 
-// agentWatch counts, between passes, the agents that hold a tunnel to the
+// Agents counts, between passes, the agents that hold a tunnel to the
 // konnectivity server of each apiserver pod, and the tenant's nodes when
 // a ready server holds none. Agents come and go with the tenant's nodes,
 // which the operator does not watch: without it, status and the
@@ -47,7 +47,7 @@ const (
 // condition, or changes the counts that status shows and those are older
 // than agentCountsRefresh, so the steady state costs no pass and no API
 // request: one GET per server per interval.
-type agentWatch struct {
+type Agents struct {
 	*tenantmemory.Watch[agentTarget]
 	probe  KonnectivityProber
 	budget rate.Limit
@@ -56,36 +56,36 @@ type agentWatch struct {
 // agentTarget is a tenant's konnectivity servers as its last pass saw
 // them, and what the last look at them found.
 type agentTarget struct {
-	servers []agentServer
+	servers []Server
 	// countNodes counts the tenant's nodes in etcd; nil when its pass
 	// could not reach etcd.
 	countNodes func(context.Context) (int64, error)
 	// look is the last look, the watch's or a pass's; written is the
 	// look the last pass wrote to status.
-	look, written agentLook
+	look, written AgentLook
 }
 
-func newAgentWatch(probe KonnectivityProber, interval time.Duration) *agentWatch {
-	w := &agentWatch{probe: probe, budget: agentLooksPerSecond}
+func NewAgents(probe KonnectivityProber, interval time.Duration) *Agents {
+	w := &Agents{probe: probe, budget: agentLooksPerSecond}
 	w.Watch = tenantmemory.NewWatch(tenantmemory.WatchOptions[agentTarget]{Interval: interval, Look: w.look, Settle: settleAgents})
 	return w
 }
 
-// recent is the last look at key's servers when it is of the same pods
+// Recent is the last look at key's servers when it is of the same pods
 // and younger than the interval: a pass then writes it rather than
 // looking again (ok); else the last look, which a new one keeps what it
 // cannot count from for once.
-func (w *agentWatch) recent(key types.NamespacedName, servers []agentServer, now time.Time) (look, before agentLook, ok bool) {
+func (w *Agents) Recent(key types.NamespacedName, servers []Server, now time.Time) (look, before AgentLook, ok bool) {
 	t, found := w.Load(key)
-	if !found || !samePods(t.servers, servers) || now.Sub(t.look.at) >= w.Interval() {
-		return agentLook{}, t.look, false
+	if !found || !SamePods(t.servers, servers) || now.Sub(t.look.At) >= w.Interval() {
+		return AgentLook{}, t.look, false
 	}
 	return t.look, t.look, true
 }
 
-// record is what a pass wrote: the watch compares its next look with it.
-// It returns the pods of the previous record that are gone.
-func (w *agentWatch) record(key types.NamespacedName, servers []agentServer, countNodes func(context.Context) (int64, error), look agentLook) []string {
+// Record is what a pass wrote: the watch compares its next look with it.
+// It returns the pods of the previous Record that are gone.
+func (w *Agents) Record(key types.NamespacedName, servers []Server, countNodes func(context.Context) (int64, error), look AgentLook) []string {
 	var gone []string
 	w.Update(key, func(before agentTarget, _ bool) agentTarget {
 		gone = podsGone(before.servers, servers)
@@ -94,8 +94,8 @@ func (w *agentWatch) record(key types.NamespacedName, servers []agentServer, cou
 	return gone
 }
 
-// forget stops looking at a tenant and returns its pods' names.
-func (w *agentWatch) forget(key types.NamespacedName) []string {
+// ForgetPods stops looking at a tenant and returns its pods' names.
+func (w *Agents) ForgetPods(key types.NamespacedName) []string {
 	before, _ := w.Take(key)
 	return podsGone(before.servers, nil)
 }
@@ -103,7 +103,7 @@ func (w *agentWatch) forget(key types.NamespacedName) []string {
 // look looks at every tenant's servers, spread over the interval within
 // the budget, then counts the nodes of the tenants a ready server of which
 // holds no agent.
-func (w *agentWatch) look(ctx context.Context, targets map[types.NamespacedName]agentTarget) map[types.NamespacedName]agentTarget {
+func (w *Agents) look(ctx context.Context, targets map[types.NamespacedName]agentTarget) map[types.NamespacedName]agentTarget {
 	looks := 0
 	for _, t := range targets {
 		looks += len(t.servers)
@@ -128,13 +128,13 @@ func (w *agentWatch) look(ctx context.Context, targets map[types.NamespacedName]
 			g.Go(func() error {
 				at := time.Now()
 				lookCtx, cancel := context.WithTimeout(gctx, agentWatchLookTimeout)
-				n, err := w.probe(lookCtx, s.ip)
+				n, err := w.probe(lookCtx, s.IP)
 				cancel()
 				mu.Lock()
 				defer mu.Unlock()
-				agents[key][s.pod] = nil
+				agents[key][s.Pod] = nil
 				if err == nil {
-					agents[key][s.pod] = &n
+					agents[key][s.Pod] = &n
 				}
 				if first, ok := lookedAt[key]; !ok || at.Before(first) {
 					lookedAt[key] = at
@@ -150,23 +150,23 @@ func (w *agentWatch) look(ctx context.Context, targets map[types.NamespacedName]
 
 	found := make(map[types.NamespacedName]agentTarget, len(targets))
 	for key, t := range targets {
-		t.look = agentLook{agents: agents[key], at: lookedAt[key]}.withGrace(t.look)
+		t.look = AgentLook{Agents: agents[key], At: lookedAt[key]}.WithGrace(t.look)
 		found[key] = t
 	}
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(agentWatchConcurrency)
 	for key, t := range targets {
-		if t.countNodes == nil || !needsNodes(t.servers, found[key].look.agents) {
+		if t.countNodes == nil || !NeedsNodes(t.servers, found[key].look.Agents) {
 			continue
 		}
 		if limiter.Wait(gctx) != nil {
 			break
 		}
 		g.Go(func() error {
-			nodes, graced := countWithGrace(gctx, t.countNodes, t.look)
+			nodes, graced := CountWithGrace(gctx, t.countNodes, t.look)
 			mu.Lock()
 			f := found[key]
-			f.look.nodes, f.look.nodesGraced = nodes, graced
+			f.look.Nodes, f.look.NodesGraced = nodes, graced
 			found[key] = f
 			mu.Unlock()
 			return nil
@@ -181,23 +181,23 @@ func (w *agentWatch) look(ctx context.Context, targets map[types.NamespacedName]
 // than agentCountsRefresh. A tenant whose pods changed, or that a pass
 // looked at since, keeps what its pass recorded, series included.
 func settleAgents(key types.NamespacedName, seen, current, found agentTarget) (agentTarget, bool, bool) {
-	if !slices.Equal(current.servers, seen.servers) || current.look.at.After(found.look.at) {
+	if !slices.Equal(current.servers, seen.servers) || current.look.At.After(found.look.At) {
 		return current, false, false
 	}
 	look := found.look
-	bring := decideAgents(seen.servers, look) != decideAgents(seen.servers, current.written) ||
-		!sameCounts(look.agents, current.written.agents) && time.Since(current.written.at) >= agentCountsRefresh
+	bring := DecideAgents(seen.servers, look) != DecideAgents(seen.servers, current.written) ||
+		!SameCounts(look.Agents, current.written.Agents) && time.Since(current.written.At) >= agentCountsRefresh
 	current.look = look
-	recordAgentMetrics(key, seen.servers, look)
+	RecordAgents(key, seen.servers, look)
 	return current, bring, true
 }
 
 // podsGone are the pods of before that are not in now.
-func podsGone(before, now []agentServer) []string {
+func podsGone(before, now []Server) []string {
 	var gone []string
 	for _, b := range before {
-		if !slices.ContainsFunc(now, func(s agentServer) bool { return s.pod == b.pod }) {
-			gone = append(gone, b.pod)
+		if !slices.ContainsFunc(now, func(s Server) bool { return s.Pod == b.Pod }) {
+			gone = append(gone, b.Pod)
 		}
 	}
 	return gone

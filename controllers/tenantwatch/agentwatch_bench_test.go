@@ -1,4 +1,4 @@
-package controllers
+package tenantwatch
 
 import (
 	"context"
@@ -51,19 +51,19 @@ func BenchmarkAgentWatch(b *testing.B) {
 	}
 	p, _ := strconv.Atoi(port)
 	probe := func(ctx context.Context, ip string) (int32, error) { return tenantio.KonnectivityAgents(ctx, ip, p) }
-	w := newAgentWatch(probe, time.Millisecond)
+	w := NewAgents(probe, time.Millisecond)
 	w.budget = rate.Inf
 	for i := range tenants {
 		key := types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("t%04d", i)}
-		var servers []agentServer
+		var servers []Server
 		for j := range perTenant {
-			servers = append(servers, agentServer{pod: fmt.Sprintf("%s-%d", key.Name, j), ip: "127.0.0.1", ready: true})
+			servers = append(servers, Server{Pod: fmt.Sprintf("%s-%d", key.Name, j), IP: "127.0.0.1", Ready: true})
 		}
-		w.record(key, servers, nil, agentLook{})
+		w.Record(key, servers, nil, AgentLook{})
 	}
 	defer func() {
 		for i := range tenants {
-			w.forget(types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("t%04d", i)})
+			w.ForgetPods(types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("t%04d", i)})
 		}
 	}()
 	// The first round brings every tenant back (its look differs from the

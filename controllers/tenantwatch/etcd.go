@@ -1,4 +1,4 @@
-package controllers
+package tenantwatch
 
 import (
 	"context"
@@ -31,7 +31,7 @@ const (
 	etcdConnectionsKept = 256
 )
 
-// etcdWatch looks at the tenants' etcd servers between passes. A converged
+// Etcd looks at the tenants' etcd servers between passes. A converged
 // tenant has no pass, and an outage that changes nothing else the operator
 // watches goes unseen without it: with an override etcd (events) down, the
 // apiservers stay ready, so no pod or Deployment event comes. A tenant is
@@ -45,9 +45,9 @@ const (
 // credentials), over a connection kept from one look to the next; the
 // looks are spread over the interval, from a random start, and bounded by
 // a budget per second.
-type etcdWatch struct {
+type Etcd struct {
 	*tenantmemory.Watch[etcdTarget]
-	probe  etcdProber
+	probe  EtcdProber
 	budget rate.Limit
 }
 
@@ -69,25 +69,25 @@ type etcdServer struct {
 	tlsID    string
 }
 
-// etcdProber asks one etcd server for its status (tenantio.Connections,
+// EtcdProber asks one etcd server for its status (tenantio.Connections,
 // or checkProber).
-type etcdProber interface {
+type EtcdProber interface {
 	Probe(ctx context.Context, endpoint string, tlsConfig *tls.Config, tlsID string) error
 	Close()
 }
 
-func newEtcdWatch(client tenantio.Etcd, interval time.Duration) *etcdWatch {
-	var p etcdProber = checkProber{client}
+func NewEtcd(client tenantio.Etcd, interval time.Duration) *Etcd {
+	var p EtcdProber = checkProber{client}
 	if v3, ok := client.(tenantio.EtcdV3); ok {
 		p = tenantio.NewConnections(v3, etcdConnectionsKept)
 	}
-	return newEtcdWatchOf(p, interval, 0)
+	return NewEtcdOf(p, interval, 0)
 }
 
-// newEtcdWatchOf is the watch asking through probe, which can bring back
+// NewEtcdOf is the watch asking through probe, which can bring back
 // buffer tenants before they are taken (the default when zero).
-func newEtcdWatchOf(probe etcdProber, interval time.Duration, buffer int) *etcdWatch {
-	w := &etcdWatch{probe: probe, budget: etcdChecksPerSecond}
+func NewEtcdOf(probe EtcdProber, interval time.Duration, buffer int) *Etcd {
+	w := &Etcd{probe: probe, budget: etcdChecksPerSecond}
 	w.Watch = tenantmemory.NewWatch(tenantmemory.WatchOptions[etcdTarget]{
 		Interval: interval, Look: w.look, Settle: settleEtcd, Buffer: buffer,
 		AfterRound: etcdWatchRounds.Inc, Stop: probe.Close,
@@ -95,8 +95,8 @@ func newEtcdWatchOf(probe etcdProber, interval time.Duration, buffer int) *etcdW
 	return w
 }
 
-// record is what a pass found: the watch compares its next look with it.
-func (w *etcdWatch) record(key types.NamespacedName, endpoints []string, tlsConfig *tls.Config, tlsID, unreachable string) {
+// Record is what a pass found: the watch compares its next look with it.
+func (w *Etcd) Record(key types.NamespacedName, endpoints []string, tlsConfig *tls.Config, tlsID, unreachable string) {
 	w.Store(key, etcdTarget{endpoints: slices.Clone(endpoints), tls: tlsConfig, tlsID: tlsID, unreachable: unreachable})
 }
 
@@ -104,7 +104,7 @@ func (w *etcdWatch) record(key types.NamespacedName, endpoints []string, tlsConf
 // budget, and returns the tenants whose etcd does not answer as their
 // last pass found: an endpoint went away, came back, or another one is now
 // the one that does not answer.
-func (w *etcdWatch) look(ctx context.Context, targets map[types.NamespacedName]etcdTarget) map[types.NamespacedName]etcdTarget {
+func (w *Etcd) look(ctx context.Context, targets map[types.NamespacedName]etcdTarget) map[types.NamespacedName]etcdTarget {
 	servers := map[etcdServer]*tls.Config{}
 	for _, t := range targets {
 		for _, ep := range t.endpoints {
