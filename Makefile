@@ -79,7 +79,7 @@ help: ## Show this help.
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests into config/.
 	$(CONTROLLER_GEN) crd webhook paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:webhook:artifacts:config=config/webhook
 	@# Two ServiceAccounts, two roles: the controllers' (controllers/) and the webhook's (controllers/webhooks/rbac.go).
-	$(CONTROLLER_GEN) rbac:roleName=manager-role paths="./controllers" paths="./controllers/admincredentials" paths="./controllers/backups" output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths="./controllers/tenants" paths="./controllers/admincredentials" paths="./controllers/backups" output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) rbac:roleName=webhook-role paths="./controllers/webhooks" output:rbac:artifacts:config=config/rbac/webhook
 	go run ./hack/api-docs
 

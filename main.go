@@ -42,7 +42,6 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/apiserver/admission"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/etcddialer"
 	"github.com/apiserver-operator/apiserver-operator/apiserver/validatorpool"
-	"github.com/apiserver-operator/apiserver-operator/controllers"
 	"github.com/apiserver-operator/apiserver-operator/controllers/admincredentials"
 	"github.com/apiserver-operator/apiserver-operator/controllers/backups"
 	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
@@ -50,6 +49,7 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/controllers/ownership"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantindex"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenants"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 	"github.com/apiserver-operator/apiserver-operator/controllers/webhooks"
 )
@@ -159,7 +159,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Serve metrics and webhooks over HTTP/2 as well; off because of the HTTP/2 Stream Cancellation and Rapid Reset CVEs.")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "",
 		"Directory with tls.crt and tls.key for the admission webhook server.")
-	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles,
+	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", tenants.DefaultMaxConcurrentReconciles,
 		"How many ApiServerConfigs are reconciled at once. Each one is reconciled by one worker at a time.")
 	fs.StringVar(&o.imageRepository, "apiserver-image-repository", apiserver.DefaultImageRepository,
 		"Repository of the bundled kube-apiserver image; its tag is the ApiServerConfig's version.")
@@ -241,11 +241,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 		"Admission refuses an etcd prefix over the data a deleted tenant kept (deletionPolicy Retain), which it finds by the labels of the Secrets kept with it: that takes the right to list and watch Secrets. Default: true where this process runs the controllers too, false in a webhook of its own (--controllers=false, config/webhook), whose ServiceAccount reads no Secret; the controllers then hold such a tenant (reason RetainedKeyspace) and touch none of the data.")
 	fs.BoolVar(&o.requireDryRunGuard, "require-dry-run-guard", true,
 		"The webhook is not ready until the ValidatingAdmissionPolicy and binding "+webhooks.DryRunGuard+" (config/webhook/dryrun_guard.yaml, which OLM does not install) exist: without them its ServiceAccount may create Services, Deployments, PodDisruptionBudgets and NetworkPolicies for real. Turn off only where other admission control refuses its writes that are not dry runs.")
-	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", controllers.DefaultRemovedAPIQuietPeriod,
+	fs.DurationVar(&o.removedAPIQuiet, "removed-api-quiet-period", tenants.DefaultRemovedAPIQuietPeriod,
 		"Before a minor upgrade, how long no client may have called an API the target version no longer serves (as the running apiservers count them) before the upgrade goes ahead; the annotation "+apiserver.AllowRemovedAPICallsAnnotation+"=<version> lets it go at once.")
-	fs.DurationVar(&o.stallAfter, "stall-after", controllers.DefaultStallAfter,
+	fs.DurationVar(&o.stallAfter, "stall-after", tenants.DefaultStallAfter,
 		"How long an environment failure (a Secret or ConfigMap the spec names missing, etcd unreachable, apiserver pods that cannot be scheduled, pull their image or stay up) lasts before the ApiServerConfig is marked Stalled, which GitOps tools read as failed.")
-	fs.DurationVar(&o.caTrustPropagation, "ca-trust-propagation", controllers.DefaultCATrustPropagation,
+	fs.DurationVar(&o.caTrustPropagation, "ca-trust-propagation", tenants.DefaultCATrustPropagation,
 		"How long a new CA of a tenant is trusted beside the old one before it signs, in a CA rotation: long enough for kubelet to write the new bundle into the apiserver pods (at its next sync of them), for kube-apiserver to re-read it, and for the clients of the admin kubeconfig to fetch it again.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -369,7 +369,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if owners, err = ownership.Load(ctx, direct, types.NamespacedName{Namespace: ns, Name: name}); err != nil {
 			return err
 		}
-		management, missing, err := controllers.ManagementRanges(ctx, direct)
+		management, missing, err := tenants.ManagementRanges(ctx, direct)
 		if err != nil {
 			return err
 		}
@@ -430,18 +430,18 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	case o.watchNamespaceFilter != "":
 		indexOpts = append(indexOpts, tenantindex.RetainedDataIn(o.watchNamespaceFilter))
 	}
-	tenants, err := tenantindex.New(mgr.GetConfig(), mgr.GetScheme(), indexOpts...)
+	index, err := tenantindex.New(mgr.GetConfig(), mgr.GetScheme(), indexOpts...)
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(tenants); err != nil {
+	if err := mgr.Add(index); err != nil {
 		return fmt.Errorf("adding the index of every ApiServerConfig: %w", err)
 	}
 	var stores *datastores.Registry
 	if ns := cmp.Or(o.datastoreNamespace, os.Getenv("POD_NAMESPACE")); ns != "" {
 		stores = datastores.New(mgr.GetAPIReader(), ns, o.datastoreReload)
 	}
-	reconciler := &controllers.ApiServerConfigReconciler{
+	reconciler := &tenants.Reconciler{
 		Client:                    mgr.GetClient(),
 		Ownership:                 owners,
 		APIReader:                 mgr.GetAPIReader(),
@@ -461,7 +461,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		AuditWatchInterval:        o.auditWatchInterval,
 		RemovedAPIQuietPeriod:     o.removedAPIQuiet,
 		CATrustPropagation:        o.caTrustPropagation,
-		TenantIndex:               tenants,
+		TenantIndex:               index,
 		BackupDir:                 o.backupDir,
 		BackupS3Endpoints:         o.backupS3Endpoints,
 		BackupTimeout:             o.backupTimeout,
@@ -516,7 +516,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			gates.ImageRepositories = admission.DefaultImageRepositories(o.imageRepository)
 		}
 		judge := admission.Admission{Validator: validators, PodIP: os.Getenv("POD_IP"), Gates: gates}
-		if err := webhooks.SetupWithManager(mgr, judge, o.nodePortRange, tenants); err != nil {
+		if err := webhooks.SetupWithManager(mgr, judge, o.nodePortRange, index); err != nil {
 			return fmt.Errorf("setting up the validating webhook: %w", err)
 		}
 		// Ready only once the webhook serves and the index of tenants is
@@ -531,7 +531,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 				return err
 			}
 			// Admission compares a spec with every other tenant's.
-			if err := tenants.Ready(req.Context()); err != nil {
+			if err := index.Ready(req.Context()); err != nil {
 				return err
 			}
 			return started(req)

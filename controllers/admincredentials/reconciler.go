@@ -63,7 +63,7 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 	// Ownership checks that the tenant's CA Secret is the operator's
-	// (see ApiServerConfigReconciler.Ownership).
+	// (see tenants.Reconciler.Ownership).
 	Ownership *apiserver.Ownership
 	// MaxConcurrentReconciles is how many requests are answered at once
 	// (2 when zero): each costs a key generation and a signature.

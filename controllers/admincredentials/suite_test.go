@@ -6,9 +6,9 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/apiserver-operator/apiserver-operator/controllers"
 	"github.com/apiserver-operator/apiserver-operator/controllers/controllertest"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenants"
 )
 
 // env runs the tenant reconciler, whose tenants the requests name, and
@@ -18,9 +18,9 @@ var env *controllertest.Env
 func TestMain(m *testing.M) {
 	os.Exit(controllertest.Run(m, "admin credential requests", func(e *controllertest.Env, mgr manager.Manager) error {
 		env = e
-		tenants := &controllers.ApiServerConfigReconciler{Ownership: e.Ownership, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		tenantReconciler := &tenants.Reconciler{Ownership: e.Ownership, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 			Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, TenantIndex: e.TenantIndex}
-		if err := tenants.SetupWithManager(mgr); err != nil {
+		if err := tenantReconciler.SetupWithManager(mgr); err != nil {
 			return err
 		}
 		credentials := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),

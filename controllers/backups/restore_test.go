@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
-	"github.com/apiserver-operator/apiserver-operator/controllers"
 	"github.com/apiserver-operator/apiserver-operator/controllers/backups"
 	"github.com/apiserver-operator/apiserver-operator/controllers/controllertest"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenants"
 )
 
 // stallingProxy forwards TCP connections to target until stall() is
@@ -94,7 +94,7 @@ func TestApiServerConfigReconciler_AStalledS3EndpointDelaysNoOtherTenant(t *test
 	// The endpoint hangs; more tenants restore from it than there are
 	// reconcile workers.
 	proxy.stalled.Store(true)
-	workers := controllers.DefaultMaxConcurrentReconciles
+	workers := tenants.DefaultMaxConcurrentReconciles
 	var restoring []*v1alpha1.ApiServerConfig
 	for i := range workers + 1 {
 		r := env.Tenant(ns, fmt.Sprintf("restoring-%d", i), func(s *v1alpha1.ApiServerConfigSpec) { s.Restore = &v1alpha1.RestoreSpec{BackupName: b.Name} })

@@ -8,11 +8,11 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/apiserver-operator/apiserver-operator/controllers"
 	"github.com/apiserver-operator/apiserver-operator/controllers/backups"
 	"github.com/apiserver-operator/apiserver-operator/controllers/controllertest"
 	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenants"
 )
 
 // env runs the tenant reconciler, whose restore step runs the Restorer,
@@ -30,10 +30,10 @@ func TestMain(m *testing.M) {
 	}
 	code := controllertest.Run(m, "backups", func(e *controllertest.Env, mgr manager.Manager) error {
 		env = e
-		tenants := &controllers.ApiServerConfigReconciler{Ownership: e.Ownership, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		tenantReconciler := &tenants.Reconciler{Ownership: e.Ownership, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 			Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{Timeout: 2 * time.Second},
 			TenantIndex: e.TenantIndex, BackupDir: backupDir}
-		if err := tenants.SetupWithManager(mgr); err != nil {
+		if err := tenantReconciler.SetupWithManager(mgr); err != nil {
 			return err
 		}
 		backupReconciler := &backups.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
