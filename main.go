@@ -447,7 +447,7 @@ func run(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		APIReader:                 mgr.GetAPIReader(),
 		Scheme:                    mgr.GetScheme(),
 		Recorder:                  mgr.GetEventRecorder("apiserver-operator"),
-		Etcd:                      tenantio.EtcdV3{},
+		Reach:                     tenantio.Real{},
 		ImageRepository:           o.imageRepository,
 		EtcdDialerImage:           o.etcdDialerImage,
 		KonnectivityServerImage:   o.konnectivityServerImage,

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 	os.Exit(controllertest.Run(m, "admin credential requests", func(e *controllertest.Env, mgr manager.Manager) error {
 		env = e
 		tenantReconciler := &tenants.Reconciler{Ownership: e.Ownership, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-			Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{}, TenantIndex: e.TenantIndex}
+			Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"), Reach: tenantio.Real{}, TenantIndex: e.TenantIndex}
 		if err := tenantReconciler.SetupWithManager(mgr); err != nil {
 			return err
 		}

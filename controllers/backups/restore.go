@@ -53,9 +53,9 @@ type Target struct {
 type Restorer struct {
 	Client    client.Client
 	APIReader client.Reader
-	// Etcd counts and deletes what a restore cut short wrote; the
-	// operator's own client (tenantio.EtcdV3) writes.
-	Etcd tenantio.Etcd
+	// Reach counts and deletes what a restore cut short wrote; its own
+	// etcd client (Reach.V3) writes.
+	Reach tenantio.Reach
 	// Ownership proves the restored Secrets the operator's.
 	Ownership *apiserver.Ownership
 	// Places are where archives may be read from.
@@ -115,7 +115,7 @@ func (r *Restorer) run(ctx context.Context, p Target, b *v1alpha1.ApiServerBacku
 	keys := apiserver.KeysUnder(prefix)
 	counts := make([]int64, len(p.Completed.Etcd.Sets))
 	for i, set := range p.Completed.Etcd.Sets {
-		n, err := r.Etcd.Count(ctx, set, p.EtcdTLS, keys)
+		n, err := r.Reach.Count(ctx, set, p.EtcdTLS, keys)
 		if err != nil {
 			return Outcome{Err: fmt.Errorf("restoring: %w", err)}
 		}
@@ -129,7 +129,7 @@ func (r *Restorer) run(ctx context.Context, p Target, b *v1alpha1.ApiServerBacku
 			if counts[i] == 0 {
 				continue
 			}
-			if _, err := r.Etcd.Delete(ctx, set, p.EtcdTLS, keys); err != nil {
+			if _, err := r.Reach.Delete(ctx, set, p.EtcdTLS, keys); err != nil {
 				return Outcome{Err: fmt.Errorf("restoring again: removing what the restore cut short wrote: %w", err)}
 			}
 		}
@@ -219,7 +219,7 @@ func placementOf(sets []string) string {
 // restoreArchive writes the archive's Secrets and keys for the tenant,
 // and returns how many keys it wrote.
 func (r *Restorer) restoreArchive(ctx context.Context, p Target, b *v1alpha1.ApiServerBackup) (int64, error) {
-	etcd, ok := r.Etcd.(tenantio.EtcdV3)
+	etcd, ok := r.Reach.V3()
 	if !ok {
 		return 0, errors.New("restoring needs the operator's etcd client")
 	}

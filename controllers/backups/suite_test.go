@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	code := controllertest.Run(m, "backups", func(e *controllertest.Env, mgr manager.Manager) error {
 		env = e
 		tenantReconciler := &tenants.Reconciler{Ownership: e.Ownership, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-			Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"), Etcd: tenantio.EtcdV3{Timeout: 2 * time.Second},
+			Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("apiserver-operator"), Reach: tenantio.Real{EtcdV3: tenantio.EtcdV3{Timeout: 2 * time.Second}},
 			TenantIndex: e.TenantIndex, BackupDir: backupDir}
 		if err := tenantReconciler.SetupWithManager(mgr); err != nil {
 			return err

@@ -78,9 +78,11 @@ type Reconciler struct {
 	// Deployment, and checks it before one is read as key material or
 	// taken as evidence (ownership.Load).
 	Ownership *apiserver.Ownership
-	// Etcd checks and counts the tenants' etcd; nil skips both (tests of
-	// the rendering only).
-	Etcd tenantio.Etcd
+	// Reach is how every step reaches a tenant: its etcd, its API and its
+	// apiservers' metrics, its konnectivity servers (tenantio.Real; a test
+	// of a step, tenantiofake.Reach). Nil skips the etcd checks and counts
+	// (tests of the rendering only).
+	Reach tenantio.Reach
 	// ImageRepository overrides apiserver.DefaultImageRepository.
 	ImageRepository string
 	// EtcdDialerImage overrides apiserver.DefaultEtcdDialerImage.
@@ -115,18 +117,10 @@ type Reconciler struct {
 	// looked at between passes (DefaultEtcdWatchInterval when zero).
 	EtcdWatchInterval time.Duration
 
-	// Tenants opens a tenant's API, to rewrite what a new encryption key
-	// must encrypt again and to read the apiservers' metrics before an
-	// upgrade (connectTenant, through the tenant's Service, when nil).
-	Tenants TenantConnector
 	// TenantIndex is every ApiServerConfig of the cluster: the deletion of
 	// a tenant's data checks there that no other tenant's keys are under
 	// its prefix. Nil deletes no data (deletionPolicy Delete then waits).
 	TenantIndex *tenantindex.Tenants
-	// KonnectivityProbe counts the agents of an apiserver pod's
-	// konnectivity server, for its readiness gate and status
-	// (probeKonnectivityServer, on the pod's address, when nil).
-	KonnectivityProbe tenantwatch.KonnectivityProber
 	// KonnectivityWatchInterval is how often every tenant's konnectivity
 	// servers are looked at between passes
 	// (DefaultKonnectivityWatchInterval when zero).
@@ -283,8 +277,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, src := range r.referenceSources(references, mgr.GetClient()) {
 		b = b.WatchesRawSource(src)
 	}
-	if r.Etcd != nil {
-		r.memory.etcdWatch = tenantwatch.NewEtcd(r.Etcd, cmp.Or(r.EtcdWatchInterval, tenantwatch.DefaultEtcdWatchInterval))
+	if r.Reach != nil {
+		r.memory.etcdWatch = tenantwatch.NewEtcd(r.Reach, cmp.Or(r.EtcdWatchInterval, tenantwatch.DefaultEtcdWatchInterval))
 		if err := mgr.Add(r.memory.etcdWatch); err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ func (r *Reconciler) reconcileAudit(ctx context.Context, p *pass) error {
 	pods := runningAPIServers(p.pods)
 	var read tenantwatch.AuditReader
 	if len(pods) > 0 {
-		api, err := r.tenants()(ctx, p)
+		api, err := r.connect(ctx, p)
 		if err == nil {
 			read = func(ctx context.Context, podIP string) (apiserver.AuditErrors, error) {
 				data, err := api.Metrics(ctx, podIP, apiserver.AuditErrorsMetric)

@@ -25,7 +25,7 @@ import (
 // before the operator checked this (a Deployment, no dataPrefix) keeps
 // its data as its own.
 func (r *Reconciler) checkData(ctx context.Context, p *pass) error {
-	if r.Etcd == nil {
+	if r.Reach == nil {
 		return nil
 	}
 	keyspace := p.c.Keyspace
@@ -83,7 +83,7 @@ func (r *Reconciler) checkData(ctx context.Context, p *pass) error {
 	keys := apiserver.KeysUnder(prefix)
 	var total, unreadable int
 	for _, servers := range sets {
-		err := r.Etcd.Scan(ctx, servers, p.etcdTLS, keys, func(key, value []byte) {
+		err := r.Reach.Scan(ctx, servers, p.etcdTLS, keys, func(key, value []byte) {
 			total++
 			// Without the operator's keys (the user's own
 			// EncryptionConfiguration), what it cannot read is the user's

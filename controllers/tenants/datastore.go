@@ -18,12 +18,6 @@ import (
 	"github.com/apiserver-operator/apiserver-operator/controllers/datastores"
 )
 
-// etcdUsers manages etcd users: tenantio.EtcdV3 does.
-type etcdUsers interface {
-	EnsureUser(ctx context.Context, endpoints []string, tlsConfig *tls.Config, name string, perms []apiserver.EtcdKeyRange) error
-	RemoveUser(ctx context.Context, endpoints []string, tlsConfig *tls.Config, name string) error
-}
-
 // findDatastore finds the datastore that holds the tenant's etcd servers:
 // the tenant then gets an etcd user of its own (Inputs.EtcdUser), and
 // status.etcdDatastore names it. A spec only partly on one, a datastore
@@ -97,8 +91,7 @@ func (r *Reconciler) findDatastore(ctx context.Context, p *pass) error {
 // what its prefix asks for, once per datastore material and prefix (the
 // operator's restart asks again).
 func (r *Reconciler) ensureEtcdUser(ctx context.Context, p *pass) error {
-	users, ok := r.Etcd.(etcdUsers)
-	if p.datastore == nil || !ok {
+	if p.datastore == nil || r.Reach == nil {
 		return nil
 	}
 	ds := p.datastore
@@ -109,7 +102,7 @@ func (r *Reconciler) ensureEtcdUser(ctx context.Context, p *pass) error {
 		return nil
 	}
 	for _, set := range p.c.Etcd.Sets {
-		if err := users.EnsureUser(ctx, set, root, p.c.EtcdUser, perms); err != nil {
+		if err := r.Reach.EnsureUser(ctx, set, root, p.c.EtcdUser, perms); err != nil {
 			return fmt.Errorf("making the tenant's etcd user on %s (datastore %s): %w", strings.Join(set, ","), ds.Name(), err)
 		}
 	}
@@ -121,8 +114,7 @@ func (r *Reconciler) ensureEtcdUser(ctx context.Context, p *pass) error {
 // stores in, on the datastore status.etcdDatastore names. When that
 // datastore is gone the user stays, and an event says how to remove it.
 func (r *Reconciler) removeEtcdUser(ctx context.Context, cfg *v1alpha1.ApiServerConfig, now time.Time) error {
-	users, ok := r.Etcd.(etcdUsers)
-	if r.Datastores == nil || !ok || cfg.Status.EtcdDatastore == "" {
+	if r.Datastores == nil || r.Reach == nil || cfg.Status.EtcdDatastore == "" {
 		return nil
 	}
 	name := apiserver.EtcdUserName(cfg.Namespace, cfg.Name)
@@ -144,7 +136,7 @@ func (r *Reconciler) removeEtcdUser(ctx context.Context, cfg *v1alpha1.ApiServer
 		return err
 	}
 	for _, set := range c.Etcd.Sets {
-		if err := users.RemoveUser(ctx, set, root, name); err != nil {
+		if err := r.Reach.RemoveUser(ctx, set, root, name); err != nil {
 			return fmt.Errorf("removing the tenant's etcd user from %s (datastore %s): %w", strings.Join(set, ","), ds.Name(), err)
 		}
 	}

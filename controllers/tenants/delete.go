@@ -218,14 +218,14 @@ func (r *Reconciler) deleteData(ctx context.Context, cfg *v1alpha1.ApiServerConf
 	for _, set := range sets {
 		// Each server answers first: a deletion that waits on a dead etcd
 		// would hold the worker for minutes.
-		err := r.Etcd.Check(ctx, set, tlsConfig)
+		err := r.Reach.Check(ctx, set, tlsConfig)
 		var n int64
 		if err == nil {
-			n, err = r.Etcd.Delete(ctx, set, tlsConfig, keys)
+			n, err = r.Reach.Delete(ctx, set, tlsConfig, keys)
 		}
 		if err == nil {
 			var left []int64
-			if left, err = r.Etcd.Count(ctx, set, tlsConfig, keys); err == nil && left[0] > 0 {
+			if left, err = r.Reach.Count(ctx, set, tlsConfig, keys); err == nil && left[0] > 0 {
 				return deletionPoll, r.deletionStatus(ctx, cfg, false, v1alpha1.ReasonDeleting,
 					fmt.Sprintf("Deleting the tenant's data: %d keys appeared under %s on %s after it was deleted", left[0], keys, strings.Join(set, ",")))
 			}

@@ -27,12 +27,21 @@ import (
 // by ApiServerConfig (envtest runs no tenant).
 var testTenants sync.Map
 
-func connectTestTenant(_ context.Context, p *pass) (tenantio.API, error) {
-	t, ok := testTenants.Load(client.ObjectKeyFromObject(p.cfg))
+// testReach is how the tests' reconciler reaches a tenant: its etcd is
+// the environment's (tenantio.Real), its API the fake a test stored in
+// testTenants, its konnectivity servers testKonnectivity's.
+type testReach struct{ tenantio.Real }
+
+func (testReach) API(_ context.Context, target tenantio.APITarget) (tenantio.API, error) {
+	t, ok := testTenants.Load(target.Tenant)
 	if !ok {
-		return nil, fmt.Errorf("no tenant API for %s in this test", client.ObjectKeyFromObject(p.cfg))
+		return nil, fmt.Errorf("no tenant API for %s in this test", target.Tenant)
 	}
 	return t.(tenantio.API), nil
+}
+
+func (testReach) KonnectivityAgents(ctx context.Context, podIP string) (int32, error) {
+	return probeTestKonnectivity(ctx, podIP)
 }
 
 // fakeTenant stands for a tenant's kube-apiserver in etcd: a rewrite stores

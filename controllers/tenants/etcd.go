@@ -25,12 +25,12 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, p *pass) error {
 	// Kept for the deletion of the tenant's data, should the Secret go
 	// first (a namespace being deleted).
 	r.memory.etcdClientTLS.Store(client.ObjectKeyFromObject(p.cfg), p.etcdTLS)
-	if r.Etcd == nil {
+	if r.Reach == nil {
 		return nil
 	}
 	p.obs.etcdChecked = true
 	endpoints := p.c.Etcd.Servers
-	p.obs.etcdErr = r.waitOnTenant(ctx, p, func() error { return r.Etcd.Check(ctx, endpoints, p.etcdTLS) })
+	p.obs.etcdErr = r.waitOnTenant(ctx, p, func() error { return r.Reach.Check(ctx, endpoints, p.etcdTLS) })
 	if r.memory.etcdWatch != nil {
 		r.memory.etcdWatch.Record(client.ObjectKeyFromObject(p.cfg), endpoints, p.etcdTLS, p.etcdTLSID, tenantio.UnreachableEndpoint(p.obs.etcdErr))
 	}

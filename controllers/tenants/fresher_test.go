@@ -128,7 +128,7 @@ func TestApiServerConfigReconciler_LaggingCacheIssuesNoSecondCA(t *testing.T) {
 
 	cache := &laggingCache{Client: env.Client}
 	r := &Reconciler{Ownership: ownershipKey, Client: cache, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
-		Etcd: reconciler.Etcd, ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
+		Reach: reconciler.Reach, ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
 	// A pass with the cache in step: the reconciler learns what it wrote.
 	if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
 		t.Fatal(err)

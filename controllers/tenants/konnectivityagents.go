@@ -57,7 +57,7 @@ func (r *Reconciler) reconcileAgents(ctx context.Context, p *pass) error {
 	}
 	servers := konnectivityServers(p.pods)
 	var countNodes func(context.Context) (int64, error)
-	if r.Etcd != nil && p.obs.etcdChecked && p.obs.etcdErr == nil {
+	if r.Reach != nil && p.obs.etcdChecked && p.obs.etcdErr == nil {
 		countNodes = r.nodeCounter(p)
 	}
 	var look, before tenantwatch.AgentLook
@@ -135,7 +135,7 @@ func (r *Reconciler) nodeCounter(p *pass) func(context.Context) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		counted, err := r.Etcd.Count(ctx, servers, tlsConfig, key)
+		counted, err := r.Reach.Count(ctx, servers, tlsConfig, key)
 		if err != nil {
 			return 0, err
 		}

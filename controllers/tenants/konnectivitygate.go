@@ -18,7 +18,6 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
-	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 )
 
@@ -281,15 +280,13 @@ func (r *Reconciler) setKonnectivityGate(ctx context.Context, pod *corev1.Pod, d
 	return nil
 }
 
+// konnectivityProber counts the agents of the server of the pod at podIP
+// through r.Reach.
 func (r *Reconciler) konnectivityProber() tenantwatch.KonnectivityProber {
-	if r.KonnectivityProbe != nil {
-		return r.KonnectivityProbe
+	return func(ctx context.Context, podIP string) (int32, error) {
+		if r.Reach == nil {
+			return 0, fmt.Errorf("the reconciler reaches no konnectivity server")
+		}
+		return r.Reach.KonnectivityAgents(ctx, podIP)
 	}
-	return probeKonnectivityServer
-}
-
-// probeKonnectivityServer counts the agents of the server of the pod at
-// podIP, on its health port.
-func probeKonnectivityServer(ctx context.Context, podIP string) (int32, error) {
-	return tenantio.KonnectivityAgents(ctx, podIP, apiserver.KonnectivityHealthPort)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
 	"github.com/apiserver-operator/apiserver-operator/apiserver"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio/tenantiofake"
 )
 
 // statusWatch records what GitOps tools compute (kstatus) for one
@@ -421,7 +422,7 @@ func TestApiServerConfigReconciler_ANewTenantSaysReconcilingWhileItsEtcdDoesNotA
 	// tenants without a watch filter.
 	cfg.Labels = map[string]string{apiserver.WatchFilterLabel: "status-first"}
 	etcd := &heldEtcd{entered: make(chan struct{}), release: make(chan struct{})}
-	r := &Reconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock.RealClock{}, Etcd: etcd}
+	r := &Reconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock.RealClock{}, Reach: &tenantiofake.Reach{Etcd: etcd}}
 	created := time.Now()
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)

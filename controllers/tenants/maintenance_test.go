@@ -62,7 +62,7 @@ func TestApiServerConfigReconciler_WorkTheOperatorStartsWaitsForAMaintenanceWind
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	r := &Reconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock, Etcd: reconciler.Etcd, Tenants: reconciler.Tenants,
+	r := &Reconciler{Ownership: ownershipKey, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme, Clock: clock, Reach: reconciler.Reach,
 		ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}}
 	// pass runs one pass a few seconds of the test clock after the last

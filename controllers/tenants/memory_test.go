@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apiserver-operator/apiserver-operator/api/v1alpha1"
+	"github.com/apiserver-operator/apiserver-operator/controllers/tenantio/tenantiofake"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantmemory"
 	"github.com/apiserver-operator/apiserver-operator/controllers/tenantwatch"
 )
@@ -32,7 +33,7 @@ func TestMemory_OneOwnerOfWhatIsKeptPerTenant(t *testing.T) {
 		}
 	}
 	r := &Reconciler{}
-	r.memory.etcdWatch, r.memory.agentWatch, r.memory.auditWatch = tenantwatch.NewEtcd(nil, time.Second), tenantwatch.NewAgents(nil, time.Second), tenantwatch.NewAudit(time.Second)
+	r.memory.etcdWatch, r.memory.agentWatch, r.memory.auditWatch = tenantwatch.NewEtcd(&tenantiofake.Reach{}, time.Second), tenantwatch.NewAgents(nil, time.Second), tenantwatch.NewAudit(time.Second)
 	var names []string
 	for _, s := range r.stores() {
 		names = append(names, s.name)

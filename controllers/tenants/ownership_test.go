@@ -185,7 +185,7 @@ func TestApiServerConfigReconciler_ObjectsWrittenBeforeTheKeyAreTakenOnceAndNoth
 	cfg.Labels = map[string]string{apiserver.WatchFilterLabel: "ownership-upgrade"}
 	reconcilerWith := func(key *apiserver.Ownership) *Reconciler {
 		return &Reconciler{Ownership: key, Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
-			Clock: reconciler.Clock, CATrustPropagation: time.Second, Etcd: reconciler.Etcd, Tenants: reconciler.Tenants,
+			Clock: reconciler.Clock, CATrustPropagation: time.Second, Reach: reconciler.Reach,
 			ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
 	}
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.DeploymentName(cfg.Name)}}

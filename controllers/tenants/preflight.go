@@ -66,7 +66,7 @@ func (r *Reconciler) preflightUpgrade(ctx context.Context, p *pass) error {
 		r.memory.removedAPIs.Forget(key)
 		return nil
 	}
-	api, err := r.tenants()(ctx, p)
+	api, err := r.connect(ctx, p)
 	if err != nil {
 		return fmt.Errorf("reading the running apiservers' metrics before the upgrade to %s: %w", target, err)
 	}

@@ -34,7 +34,7 @@ const (
 // right.
 func (r *Reconciler) reconcileEncryption(ctx context.Context, p *pass) error {
 	e := p.enc
-	if e == nil || e.state.Phase != rotation.SignWithNew || r.Etcd == nil || p.held {
+	if e == nil || e.state.Phase != rotation.SignWithNew || r.Reach == nil || p.held {
 		return nil
 	}
 	if !p.rolledOut {
@@ -54,7 +54,7 @@ func (r *Reconciler) reconcileEncryption(ctx context.Context, p *pass) error {
 			e.progress = "the encrypted resources name resources only the tenant's discovery lists; the tenant is hibernated (masterCount 0): the proof waits until it wakes"
 			return nil
 		}
-		if api, err = r.tenants()(ctx, p); err != nil {
+		if api, err = r.connect(ctx, p); err != nil {
 			return err
 		}
 		if served, err = api.Resources(ctx); err != nil {
@@ -112,7 +112,7 @@ func (r *Reconciler) reconcileEncryption(ctx context.Context, p *pass) error {
 		return nil
 	}
 	if api == nil {
-		if api, err = r.tenants()(ctx, p); err != nil {
+		if api, err = r.connect(ctx, p); err != nil {
 			return err
 		}
 	}
@@ -151,7 +151,7 @@ func (r *Reconciler) valuesUnder(ctx context.Context, p *pass, l *apiserver.Encr
 	count, first := 0, ""
 	prefix := apiserver.EtcdKeyPrefix(p.c, "")
 	for _, servers := range p.c.Etcd.Sets {
-		err := r.Etcd.Scan(ctx, servers, p.etcdTLS, prefix, func(key, value []byte) {
+		err := r.Reach.Scan(ctx, servers, p.etcdTLS, prefix, func(key, value []byte) {
 			if bytes.HasPrefix(value, want) {
 				if count == 0 {
 					first = string(key)
@@ -164,13 +164,6 @@ func (r *Reconciler) valuesUnder(ctx context.Context, p *pass, l *apiserver.Encr
 		}
 	}
 	return count, first, nil
-}
-
-func (r *Reconciler) tenants() TenantConnector {
-	if r.Tenants != nil {
-		return r.Tenants
-	}
-	return connectTenant
 }
 
 // needsDiscovery: a layout names a resource the catalog cannot resolve.
@@ -207,7 +200,7 @@ func (r *Reconciler) staleValues(ctx context.Context, p *pass, areas []apiserver
 	total := 0
 	for i := range areas {
 		a := &areas[i]
-		err := r.Etcd.Scan(ctx, a.Servers, p.etcdTLS, a.KeyPrefix, func(key, value []byte) {
+		err := r.Reach.Scan(ctx, a.Servers, p.etcdTLS, a.KeyPrefix, func(key, value []byte) {
 			// A value can carry the prefix of a key of the tenant's and
 			// still not be its (another key-1): each one is decrypted.
 			readable := read.Reads(key, value)

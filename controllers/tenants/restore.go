@@ -122,7 +122,7 @@ func (r *Reconciler) restoring(p *pass, backupName string, started time.Time, ti
 func (r *Reconciler) restorer() *backups.Restorer {
 	r.restoresOnce.Do(func() {
 		if r.restores == nil {
-			r.restores = backups.NewRestorer(backups.Restorer{Client: r.Client, APIReader: r.APIReader, Etcd: r.Etcd, Ownership: r.Ownership,
+			r.restores = backups.NewRestorer(backups.Restorer{Client: r.Client, APIReader: r.APIReader, Reach: r.Reach, Ownership: r.Ownership,
 				Places: backups.ArchivePlaces{Dir: r.BackupDir, S3Endpoints: r.BackupS3Endpoints}})
 		}
 	})

@@ -22,7 +22,7 @@ import (
 // is sized for moved.
 func (r *Reconciler) reconcileSizing(ctx context.Context, p *pass) error {
 	etcdAnswered := p.obs.etcdChecked && p.obs.etcdErr == nil
-	if r.Etcd == nil || !etcdAnswered || p.c.Spec.CacheSizing.Policy != v1alpha1.CacheSizingAuto {
+	if r.Reach == nil || !etcdAnswered || p.c.Spec.CacheSizing.Policy != v1alpha1.CacheSizingAuto {
 		return nil
 	}
 	var resized bool
@@ -96,7 +96,7 @@ func (r *Reconciler) observeClusterSize(ctx context.Context, cfg *v1alpha1.ApiSe
 			if err != nil {
 				return false, interval, err
 			}
-			counted, err := r.Etcd.Count(ctx, servers, tlsConfig, key)
+			counted, err := r.Reach.Count(ctx, servers, tlsConfig, key)
 			if err != nil {
 				return false, interval, err
 			}

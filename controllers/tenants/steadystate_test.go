@@ -116,7 +116,7 @@ func TestApiServerConfigReconciler_ConvergedObjectCausesNoWrites(t *testing.T) {
 	// after that must write nothing.
 	counting := &countingClient{Client: env.Client}
 	r := &Reconciler{Ownership: ownershipKey, Client: counting, APIReader: env.Client, Scheme: env.Scheme, Clock: reconciler.Clock,
-		Etcd: reconciler.Etcd, ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
+		Reach: reconciler.Reach, ResizePolicy: reconciler.ResizePolicy, AutoSizingInterval: reconciler.AutoSizingInterval}
 	if _, err := r.Reconcile(ctx, reconcileRequest(cfg)); err != nil {
 		t.Fatal(err)
 	}

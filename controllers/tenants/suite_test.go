@@ -34,16 +34,13 @@ func TestMain(m *testing.M) {
 // intervals of a test's patience.
 func setup(mgr manager.Manager) error {
 	reconciler = &Reconciler{
-		Ownership:   ownershipKey,
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Scheme:      mgr.GetScheme(),
-		Recorder:    mgr.GetEventRecorder("apiserver-operator"),
-		Etcd:        tenantio.EtcdV3{Timeout: 2 * time.Second},
-		Tenants:     connectTestTenant,
-		TenantIndex: env.TenantIndex,
-		// The konnectivity servers of the tests' pods (envtest runs none).
-		KonnectivityProbe:         probeTestKonnectivity,
+		Ownership:                 ownershipKey,
+		Client:                    mgr.GetClient(),
+		APIReader:                 mgr.GetAPIReader(),
+		Scheme:                    mgr.GetScheme(),
+		Recorder:                  mgr.GetEventRecorder("apiserver-operator"),
+		Reach:                     testReach{tenantio.Real{EtcdV3: tenantio.EtcdV3{Timeout: 2 * time.Second}}},
+		TenantIndex:               env.TenantIndex,
 		KonnectivityWatchInterval: time.Second,
 		// Short intervals, so that Auto sizing is observable in a test.
 		AutoSizingInterval: time.Second,

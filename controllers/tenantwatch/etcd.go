@@ -76,9 +76,9 @@ type EtcdProber interface {
 	Close()
 }
 
-func NewEtcd(client tenantio.Etcd, interval time.Duration) *Etcd {
-	var p EtcdProber = checkProber{client}
-	if v3, ok := client.(tenantio.EtcdV3); ok {
+func NewEtcd(reach tenantio.Reach, interval time.Duration) *Etcd {
+	var p EtcdProber = checkProber{reach}
+	if v3, ok := reach.V3(); ok {
 		p = tenantio.NewConnections(v3, etcdConnectionsKept)
 	}
 	return NewEtcdOf(p, interval, 0)
