@@ -78,12 +78,13 @@ func (r *Reconciler) apply(ctx context.Context, cfg *v1alpha1.ApiServerConfig, o
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(apiserver.FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying %s %s/%s: %w", desired.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 	}
+	// A new map each time: a pass applies a tenant's Secrets side by side,
+	// and lastApplied reads the map it loaded without the lock.
 	r.memory.applied.Update(client.ObjectKeyFromObject(cfg), func(objects map[string]string, _ bool) map[string]string {
-		if objects == nil {
-			objects = map[string]string{}
-		}
-		objects[key] = desired.GetResourceVersion()
-		return objects
+		next := make(map[string]string, len(objects)+1)
+		maps.Copy(next, objects)
+		next[key] = desired.GetResourceVersion()
+		return next
 	})
 	// obj becomes the server's answer: the cache may not have it yet.
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(desired.Object, obj); err != nil {
@@ -98,7 +99,8 @@ func appliedKey(obj client.Object) string {
 }
 
 // lastApplied is the resourceVersion the operator's last apply of cfg's
-// object key left, and whether it applied it.
+// object key left, and whether it applied it. The map it reads is never
+// written again (see apply).
 func (r *Reconciler) lastApplied(cfg *v1alpha1.ApiServerConfig, key string) (string, bool) {
 	objects, _ := r.memory.applied.Load(client.ObjectKeyFromObject(cfg))
 	last, ok := objects[key]
