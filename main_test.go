@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -435,5 +436,52 @@ func TestManager_WatchesTheNamespaceOLMTargets(t *testing.T) {
 	t.Setenv("WATCH_NAMESPACE", "a,b")
 	if _, err := parseFlags(flag.NewFlagSet("manager", flag.ContinueOnError), nil); err == nil || !strings.Contains(err.Error(), "several namespaces") {
 		t.Fatalf("two target namespaces gave %v, want a refusal", err)
+	}
+}
+
+// TestManager_RoleCoversEveryReconcilerPackage: make manifests writes the
+// manager's role from the RBAC markers of the packages it lists, one per
+// reconciler; a package of controllers/ with markers that the list leaves
+// out would have its rights silently missing from the role (the webhook's
+// own markers make the webhook's role).
+func TestManager_RoleCoversEveryReconcilerPackage(t *testing.T) {
+	makefile, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, line := range strings.Split(string(makefile), "\n") {
+		if !strings.Contains(line, "rbac:roleName=manager-role") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if p, ok := strings.CutPrefix(f, "paths="); ok {
+				listed = append(listed, filepath.Clean(strings.Trim(p, `"`)))
+			}
+		}
+	}
+	if len(listed) == 0 {
+		t.Fatal("no manager-role rule with paths in the Makefile")
+	}
+	dirs, err := filepath.Glob(filepath.Join(envtest.RepoRoot(), "controllers", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		rel, _ := filepath.Rel(envtest.RepoRoot(), dir)
+		if rel == filepath.Join("controllers", "webhooks") {
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasSuffix(f, "_test.go") && strings.Contains(string(data), "+kubebuilder:rbac") && !slices.Contains(listed, rel) {
+				t.Errorf("%s has RBAC markers, but make manifests reads only %v into the manager's role: add paths=\"./%s\"", rel, listed, rel)
+				break
+			}
+		}
 	}
 }
