@@ -31,7 +31,7 @@ bench: manifests generate bundled $(KONNECTIVITY_SERVER) $(KONNECTIVITY_AGENT) $
 	$(BENCH_GO_TEST) -bench 'ReferenceCache' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
 	BENCH_STEADY_WINDOW=$(BENCH_STEADY_WINDOW) $(BENCH_GO_TEST) -bench 'SteadyState' -benchtime 1x ./test/bench | tee -a $(BENCH_LOG)
 	$(BENCH_GO_TEST) -bench 'KonnectivityLogs' -benchtime 2000x ./test/boot | tee -a $(BENCH_LOG)
-	$(BENCH_GO_TEST) -bench 'AgentWatch' -benchtime 5x ./controllers | tee -a $(BENCH_LOG)
+	$(BENCH_GO_TEST) -bench 'AgentWatch' -benchtime 5x ./controllers/tenantwatch | tee -a $(BENCH_LOG)
 	$(BENCH_GO_TEST) -bench 'AuditRead' -benchtime 300x ./test/boot | tee -a $(BENCH_LOG)
 ifeq ($(BENCH_LOCALCLUSTER),1)
 	@# The cluster's components log to stderr: kept apart, so that they do
@@ -50,6 +50,6 @@ bench-smoke: manifests generate bundled $(KONNECTIVITY_SERVER) $(KONNECTIVITY_AG
 	BENCH_CONVERGE_OBJECTS=20 BENCH_STEADY_OBJECTS=10 BENCH_STEADY_WINDOW=10s BENCH_OUT=$(BENCH_DIR)/smoke \
 		BENCH_BURST_SPECS=64 BENCH_REFCACHE_SECRETS=500 \
 		go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench ./test/boot | tee $(BENCH_DIR)/smoke/bench.log
-	go test -run '^$$' -bench 'AgentWatch' -benchtime 1x -timeout 5m ./controllers | tee -a $(BENCH_DIR)/smoke/bench.log
+	go test -run '^$$' -bench 'AgentWatch' -benchtime 1x -timeout 5m ./controllers/tenantwatch | tee -a $(BENCH_DIR)/smoke/bench.log
 	@grep -E '^(Benchmark|goos:|goarch:|pkg:|cpu:)' $(BENCH_DIR)/smoke/bench.log > $(BENCH_DIR)/smoke/raw.txt
 	go run ./hack/benchtable $(BENCH_DIR)/smoke/raw.txt
