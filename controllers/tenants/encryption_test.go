@@ -282,7 +282,13 @@ func TestApiServerConfigReconciler_TurnsEncryptionOnWhereApiserversRun(t *testin
 			return err
 		}
 		if bytes.Equal(s.Data[apiserver.EncryptionKeysKey], before) {
-			return fmt.Errorf("the Secret is not regenerated yet")
+			// A pass under way when the Secret went, which had read it,
+			// writes it back, key and all (a key in use is never lost): it
+			// is deleted again until a pass finds it gone.
+			if s.DeletionTimestamp.IsZero() {
+				_ = env.Client.Delete(ctx, s)
+			}
+			return fmt.Errorf("the Secret came back with its old key, from a pass that read it before the deletion: deleted again")
 		}
 		state, err := apiserver.RotationStateOf(rotation.EncryptionKey, s)
 		if err != nil {
